@@ -1,0 +1,1 @@
+"""grpo-jax: GRPO post-training in JAX (verifiable rewards, advantages, losses, diagnostics)."""

@@ -1,0 +1,138 @@
+"""Model configuration: one frozen dataclass, validated on construction, plus named presets."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax.numpy as jnp
+
+ROPE_KINDS = ("rope", "rope2d", "mrope")
+ARCHS = ("llama", "qwen2", "qwen2_vl")
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    """Shapes and options of a decoder-only LM (Llama / Qwen2 / Qwen2-VL text decoder family)."""
+
+    vocab_size: int  # V: rows of the embedding table
+    d_model: int  # D: residual stream width
+    n_layers: int  # number of decoder blocks
+    n_heads: int  # N: query heads
+    n_kv_heads: int  # K: key/value heads (GQA: n_heads % n_kv_heads == 0)
+    head_dim: int  # H: width of one head (even: RoPE rotates pairs)
+    mlp_dim: int  # F: SwiGLU hidden width
+    norm_eps: float = 1e-6  # RMSNorm epsilon
+    rope_kind: str = "rope"  # "rope" (positions [B,T]) | "rope2d" ([2,B,T]) | "mrope" ([3,B,T])
+    rope_theta: float = 10_000.0  # RoPE base
+    mrope_sections: tuple[int, ...] = ()  # M-RoPE frequencies per (t, h, w); sums to head_dim // 2
+    mrope_interleaved: bool = False  # Qwen3-VL layout (t,h,w,t,h,w,...) instead of Qwen2-VL chunks
+    qkv_bias: bool = False  # bias on q/k/v projections (Qwen2 has it, Llama not)
+    tie_embeddings: bool = False  # lm_head = embed^T
+    attn_output_gate: bool = False  # gated attention: SDPA(Q,K,V) * sigmoid(X W_g) before o_proj
+    param_dtype: str = "float32"  # storage dtype of the weights
+    dtype: str = "float32"  # matmul dtype; norms, softmax, logits always float32
+    arch: str = "llama"  # Hugging Face family used by models.hf when writing a checkpoint
+
+    def __post_init__(self):
+        for name in ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "head_dim", "mlp_dim"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value <= 0:
+                raise ValueError(f"ModelConfig.{name} must be a positive int, got {value!r}")
+        if self.n_heads % self.n_kv_heads:
+            raise ValueError(
+                f"ModelConfig.n_heads ({self.n_heads}) must be a multiple of n_kv_heads ({self.n_kv_heads})"
+            )
+        if self.head_dim % 2:
+            raise ValueError(f"ModelConfig.head_dim must be even for RoPE, got {self.head_dim}")
+        if not self.norm_eps > 0:
+            raise ValueError(f"ModelConfig.norm_eps must be > 0, got {self.norm_eps}")
+        if not self.rope_theta > 0:
+            raise ValueError(f"ModelConfig.rope_theta must be > 0, got {self.rope_theta}")
+        if self.rope_kind not in ROPE_KINDS:
+            raise ValueError(f"ModelConfig.rope_kind must be one of {ROPE_KINDS}, got {self.rope_kind!r}")
+        if self.rope_kind == "rope2d" and self.head_dim % 4:
+            raise ValueError(f"ModelConfig.head_dim must be a multiple of 4 for rope2d, got {self.head_dim}")
+        if self.rope_kind == "mrope":
+            if len(self.mrope_sections) != 3 or sum(self.mrope_sections) != self.head_dim // 2:
+                raise ValueError(
+                    "ModelConfig.mrope_sections must be 3 ints (t, h, w) summing to head_dim // 2 = "
+                    f"{self.head_dim // 2}, got {self.mrope_sections!r}"
+                )
+        elif self.mrope_sections or self.mrope_interleaved:
+            raise ValueError("ModelConfig.mrope_sections / mrope_interleaved need rope_kind='mrope'")
+        for name in ("param_dtype", "dtype"):
+            if getattr(self, name) not in DTYPES:
+                raise ValueError(f"ModelConfig.{name} must be one of {DTYPES}, got {getattr(self, name)!r}")
+        if self.arch not in ARCHS:
+            raise ValueError(f"ModelConfig.arch must be one of {ARCHS}, got {self.arch!r}")
+
+    @property
+    def q_dim(self) -> int:
+        return self.n_heads * self.head_dim
+
+    @property
+    def kv_dim(self) -> int:
+        return self.n_kv_heads * self.head_dim
+
+    @property
+    def jnp_dtype(self):
+        return jnp.dtype(self.dtype)
+
+    @property
+    def jnp_param_dtype(self):
+        return jnp.dtype(self.param_dtype)
+
+    def replace(self, **changes) -> "ModelConfig":
+        return dataclasses.replace(self, **changes)
+
+    def num_params(self) -> int:
+        """Parameter count (embeddings included once when tied)."""
+        d, f = self.d_model, self.mlp_dim
+        qkv = d * (self.q_dim + 2 * self.kv_dim) + (self.q_dim + 2 * self.kv_dim) * self.qkv_bias
+        gate = d * self.q_dim if self.attn_output_gate else 0
+        layer = qkv + gate + self.q_dim * d + 3 * d * f + 2 * d
+        head = 0 if self.tie_embeddings else d * self.vocab_size
+        return self.vocab_size * d + self.n_layers * layer + d + head
+
+
+def tiny(**overrides) -> ModelConfig:
+    """A few-hundred-thousand-parameter model for tests and CPU experiments."""
+    base = dict(vocab_size=128, d_model=64, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=16, mlp_dim=128)
+    return ModelConfig(**{**base, **overrides})
+
+
+def bench_qwen2_tiny(**overrides) -> ModelConfig:
+    """The benchmark model of NOTES.md: vocab 512, hidden 256, MLP 688, 4 layers, 8/2 heads, tied (2.9M)."""
+    base = dict(
+        vocab_size=512, d_model=256, n_layers=4, n_heads=8, n_kv_heads=2, head_dim=32, mlp_dim=688,
+        qkv_bias=True, tie_embeddings=True, rope_theta=1_000_000.0, arch="qwen2",
+    )
+    return ModelConfig(**{**base, **overrides})
+
+
+def qwen2_5_0_5b(**overrides) -> ModelConfig:
+    """Shapes of Qwen2.5-0.5B (494M parameters)."""
+    base = dict(
+        vocab_size=151_936, d_model=896, n_layers=24, n_heads=14, n_kv_heads=2, head_dim=64, mlp_dim=4864,
+        qkv_bias=True, tie_embeddings=True, rope_theta=1_000_000.0, arch="qwen2",
+    )
+    return ModelConfig(**{**base, **overrides})
+
+
+def llama_1b(**overrides) -> ModelConfig:
+    """Shapes of a Llama-3.2-1B-style model (without its rope scaling)."""
+    base = dict(
+        vocab_size=128_256, d_model=2048, n_layers=16, n_heads=32, n_kv_heads=8, head_dim=64, mlp_dim=8192,
+        norm_eps=1e-5, rope_theta=500_000.0, tie_embeddings=True, arch="llama",
+    )
+    return ModelConfig(**{**base, **overrides})
+
+
+PRESETS = {"tiny": tiny, "bench_qwen2_tiny": bench_qwen2_tiny, "qwen2.5-0.5b": qwen2_5_0_5b, "llama-1b": llama_1b}
+
+
+def preset(name: str, **overrides) -> ModelConfig:
+    if name not in PRESETS:
+        raise ValueError(f"unknown model preset {name!r}; known: {sorted(PRESETS)}")
+    return PRESETS[name](**overrides)

@@ -1,0 +1,298 @@
+"""Hugging Face interop: read a local checkpoint folder into (ModelConfig, params) and write one back.
+
+Supported: LlamaForCausalLM, Qwen2ForCausalLM, and the text decoder of Qwen2VLForConditionalGeneration
+(M-RoPE; the vision tower's tensors are ignored on load and not written on save). Weights come from
+`model.safetensors` or a sharded `model.safetensors.index.json`. HF keeps q/k/v and gate/up as separate
+[out, in] matrices; we fuse them into [in, q+k+v] and [in, 2F] once here, at load time.
+Nothing is fetched from a hub: `path` must be a local folder.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from typing import Any
+
+import jax.numpy as jnp
+import numpy as np
+from safetensors import safe_open
+from safetensors.flax import save_file
+
+from models.config import ModelConfig
+
+ARCHITECTURES = {
+    "LlamaForCausalLM": "llama",
+    "Qwen2ForCausalLM": "qwen2",
+    "Qwen2VLForConditionalGeneration": "qwen2_vl",
+}
+_HF_NAME = {v: k for k, v in ARCHITECTURES.items()}
+
+
+class CheckpointError(ValueError):
+    """A checkpoint folder that cannot be read as a supported model; the message names the file or tensor."""
+
+
+# --------------------------------------------------------------------------------------------------
+# config.json <-> ModelConfig
+# --------------------------------------------------------------------------------------------------
+
+def config_from_hf(hf: dict[str, Any], *, where: str = "config.json") -> ModelConfig:
+    """Translate a transformers config dict (5.x `rope_parameters` or 4.x `rope_theta`/`rope_scaling`)."""
+    archs = hf.get("architectures") or []
+    arch = next((ARCHITECTURES[a] for a in archs if a in ARCHITECTURES), None)
+    if arch is None:
+        arch = {"llama": "llama", "qwen2": "qwen2", "qwen2_vl": "qwen2_vl"}.get(hf.get("model_type", ""))
+    if arch is None:
+        raise CheckpointError(
+            f"{where}: unsupported architecture {archs or hf.get('model_type')!r}; supported: {sorted(ARCHITECTURES)}"
+        )
+    text = dict(hf.get("text_config") or hf) if arch == "qwen2_vl" else hf
+    rope = dict(text.get("rope_parameters") or text.get("rope_scaling") or {})
+    rope_type = rope.get("rope_type", rope.get("type", "default"))
+    theta = rope.get("rope_theta", text.get("rope_theta", hf.get("rope_theta", 10_000.0)))
+    if arch == "qwen2_vl":
+        if rope_type not in ("default", "mrope"):
+            raise CheckpointError(f"{where}: rope type {rope_type!r} is not supported for Qwen2-VL")
+        rope_kw = dict(rope_kind="mrope", mrope_sections=tuple(rope.get("mrope_section", (16, 24, 24))))
+    else:
+        if rope_type != "default":
+            raise CheckpointError(f"{where}: rope_parameters.rope_type={rope_type!r} is not supported (only default)")
+        rope_kw = dict(rope_kind="rope")
+    if arch == "llama" and (text.get("attention_bias") or text.get("mlp_bias")):
+        raise CheckpointError(f"{where}: Llama with attention_bias/mlp_bias is not supported (o_proj/MLP biases)")
+    try:
+        heads = int(text["num_attention_heads"])
+        d_model = int(text["hidden_size"])
+        return ModelConfig(
+            vocab_size=int(text["vocab_size"]),
+            d_model=d_model,
+            n_layers=int(text["num_hidden_layers"]),
+            n_heads=heads,
+            n_kv_heads=int(text.get("num_key_value_heads") or heads),
+            head_dim=int(text.get("head_dim") or d_model // heads),
+            mlp_dim=int(text["intermediate_size"]),
+            norm_eps=float(text.get("rms_norm_eps", 1e-6)),
+            rope_theta=float(theta),
+            qkv_bias=arch in ("qwen2", "qwen2_vl"),
+            tie_embeddings=bool(hf.get("tie_word_embeddings", text.get("tie_word_embeddings", False))),
+            arch=arch,
+            **rope_kw,
+        )
+    except KeyError as e:
+        raise CheckpointError(f"{where}: missing field {e.args[0]!r}") from None
+
+
+def config_to_hf(cfg: ModelConfig, base: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A transformers config dict for cfg; `base` (e.g. the original config.json) supplies other fields."""
+    if cfg.attn_output_gate:
+        raise CheckpointError("attention output gates have no Llama/Qwen2/Qwen2-VL checkpoint format")
+    if cfg.arch == "llama" and cfg.qkv_bias:
+        raise CheckpointError("a Llama checkpoint cannot carry q/k/v biases without an o_proj bias")
+    if cfg.arch in ("qwen2", "qwen2_vl") and not cfg.qkv_bias:
+        raise CheckpointError(f"{cfg.arch} checkpoints always have q/k/v biases: set qkv_bias=True")
+    if (cfg.arch == "qwen2_vl") != (cfg.rope_kind == "mrope"):
+        raise CheckpointError(f"arch={cfg.arch!r} does not go with rope_kind={cfg.rope_kind!r}")
+    rope = {"rope_type": "default", "rope_theta": cfg.rope_theta}
+    if cfg.rope_kind == "mrope":
+        if cfg.mrope_interleaved:
+            raise CheckpointError("interleaved M-RoPE (Qwen3-VL) cannot be written as a Qwen2-VL checkpoint")
+        rope["mrope_section"] = list(cfg.mrope_sections)
+    text = {
+        "vocab_size": cfg.vocab_size,
+        "hidden_size": cfg.d_model,
+        "intermediate_size": cfg.mlp_dim,
+        "num_hidden_layers": cfg.n_layers,
+        "num_attention_heads": cfg.n_heads,
+        "num_key_value_heads": cfg.n_kv_heads,
+        "head_dim": cfg.head_dim,
+        "rms_norm_eps": cfg.norm_eps,
+        "rope_parameters": rope,
+        "rope_theta": cfg.rope_theta,  # read by transformers 4.x, which ignores rope_parameters
+        "hidden_act": "silu",
+        "max_position_embeddings": 32768,
+        "tie_word_embeddings": cfg.tie_embeddings,
+        "dtype": cfg.param_dtype,
+    }
+    if cfg.arch == "llama":
+        text.update(attention_bias=False, mlp_bias=False)
+    out = dict(base or {})
+    out.update(architectures=[_HF_NAME[cfg.arch]], model_type=cfg.arch)
+    if cfg.arch == "qwen2_vl":
+        out["text_config"] = {**out.get("text_config", {}), **text, "model_type": "qwen2_vl_text"}
+        out["tie_word_embeddings"] = cfg.tie_embeddings
+        out.setdefault("vision_config", {"depth": 1, "embed_dim": 32, "hidden_size": cfg.d_model, "num_heads": 2})
+    else:
+        out.update(text)
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# tensors
+# --------------------------------------------------------------------------------------------------
+
+def _prefix(arch: str, names: set[str]) -> str:
+    if arch == "qwen2_vl" and any(n.startswith("model.language_model.") for n in names):
+        return "model.language_model."
+    return "model."
+
+
+def _weight_files(path: str) -> list[str]:
+    index = os.path.join(path, "model.safetensors.index.json")
+    if os.path.exists(index):
+        with open(index) as f:
+            try:
+                weight_map = json.load(f)["weight_map"]
+            except (json.JSONDecodeError, KeyError) as e:
+                raise CheckpointError(f"{index}: not a safetensors index ({e})") from None
+        return sorted({os.path.join(path, v) for v in weight_map.values()})
+    single = os.path.join(path, "model.safetensors")
+    if os.path.exists(single):
+        return [single]
+    raise CheckpointError(f"{path}: no model.safetensors or model.safetensors.index.json")
+
+
+def _read_tensors(path: str) -> dict[str, np.ndarray]:
+    tensors = {}
+    for file in _weight_files(path):
+        if not os.path.exists(file):
+            raise CheckpointError(f"{file}: listed in the index but missing")
+        with safe_open(file, framework="flax") as f:
+            for name in f.keys():
+                tensors[name] = f.get_tensor(name)
+    return tensors
+
+
+def hf_tensor_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
+    """Expected HF tensor names and shapes (text decoder only), in torch's [out, in] layout."""
+    pre = "model.language_model." if cfg.arch == "qwen2_vl" else "model."
+    shapes = {f"{pre}embed_tokens.weight": (cfg.vocab_size, cfg.d_model), f"{pre}norm.weight": (cfg.d_model,)}
+    if not cfg.tie_embeddings:
+        shapes["lm_head.weight"] = (cfg.vocab_size, cfg.d_model)
+    for i in range(cfg.n_layers):
+        lp = f"{pre}layers.{i}."
+        shapes.update({
+            lp + "input_layernorm.weight": (cfg.d_model,),
+            lp + "post_attention_layernorm.weight": (cfg.d_model,),
+            lp + "self_attn.q_proj.weight": (cfg.q_dim, cfg.d_model),
+            lp + "self_attn.k_proj.weight": (cfg.kv_dim, cfg.d_model),
+            lp + "self_attn.v_proj.weight": (cfg.kv_dim, cfg.d_model),
+            lp + "self_attn.o_proj.weight": (cfg.d_model, cfg.q_dim),
+            lp + "mlp.gate_proj.weight": (cfg.mlp_dim, cfg.d_model),
+            lp + "mlp.up_proj.weight": (cfg.mlp_dim, cfg.d_model),
+            lp + "mlp.down_proj.weight": (cfg.d_model, cfg.mlp_dim),
+        })
+        if cfg.qkv_bias:
+            for proj, width in (("q", cfg.q_dim), ("k", cfg.kv_dim), ("v", cfg.kv_dim)):
+                shapes[lp + f"self_attn.{proj}_proj.bias"] = (width,)
+    return shapes
+
+
+def load_hf(path: str, *, param_dtype: str | None = None, dtype: str | None = None) -> tuple[ModelConfig, dict]:
+    """(cfg, params) from a local HF checkpoint folder; errors name the file or tensor that is wrong."""
+    if not os.path.isdir(path):
+        raise CheckpointError(f"{path}: not a directory (only local checkpoint folders are read)")
+    config_path = os.path.join(path, "config.json")
+    try:
+        with open(config_path) as f:
+            hf_config = json.load(f)
+    except (OSError, json.JSONDecodeError) as e:
+        raise CheckpointError(f"{config_path}: cannot read ({e})") from None
+    cfg = config_from_hf(hf_config, where=config_path)
+    tensors = _read_tensors(path)
+    stored_dtype = str(next(iter(tensors.values())).dtype) if tensors else "float32"
+    cfg = cfg.replace(
+        param_dtype=param_dtype or (stored_dtype if stored_dtype in ("float32", "bfloat16", "float16") else "float32"),
+        dtype=dtype or "float32",
+    )
+    pre = _prefix(cfg.arch, set(tensors))
+    expected = {n.replace("model.language_model.", pre, 1): s for n, s in hf_tensor_shapes(cfg).items()}
+    if cfg.tie_embeddings:
+        tensors.pop("lm_head.weight", None)  # some exporters write the tied head anyway
+    for name, shape in expected.items():
+        if name not in tensors:
+            raise CheckpointError(f"{path}: tensor {name!r} missing (expected shape {shape})")
+        if tuple(tensors[name].shape) != shape:
+            raise CheckpointError(
+                f"{path}: tensor {name!r} has shape {tuple(tensors[name].shape)}, expected {shape}"
+            )
+    return cfg, _params_from_hf(cfg, tensors, pre)
+
+
+def _params_from_hf(cfg: ModelConfig, t: dict, pre: str) -> dict:
+    dt = cfg.jnp_param_dtype
+
+    def w(name):  # torch [out, in] -> ours [in, out]
+        return jnp.asarray(t[name], dt).T
+
+    layers = []
+    for i in range(cfg.n_layers):
+        lp = f"{pre}layers.{i}."
+        a = lp + "self_attn."
+        layer = {
+            "attn_norm": jnp.asarray(t[lp + "input_layernorm.weight"], dt),
+            "qkv": jnp.concatenate([w(a + "q_proj.weight"), w(a + "k_proj.weight"), w(a + "v_proj.weight")], 1),
+            "o": w(a + "o_proj.weight"),
+            "mlp_norm": jnp.asarray(t[lp + "post_attention_layernorm.weight"], dt),
+            "gate_up": jnp.concatenate([w(lp + "mlp.gate_proj.weight"), w(lp + "mlp.up_proj.weight")], 1),
+            "down": w(lp + "mlp.down_proj.weight"),
+        }
+        if cfg.qkv_bias:
+            layer["qkv_bias"] = jnp.concatenate([jnp.asarray(t[a + f"{p}_proj.bias"], dt) for p in "qkv"])
+        layers.append(layer)
+    params = {
+        "embed": jnp.asarray(t[pre + "embed_tokens.weight"], dt),
+        "layers": layers,
+        "final_norm": jnp.asarray(t[pre + "norm.weight"], dt),
+    }
+    if not cfg.tie_embeddings:
+        params["lm_head"] = w("lm_head.weight")
+    return params
+
+
+def params_to_hf(cfg: ModelConfig, params: dict) -> dict[str, jnp.ndarray]:
+    """Our params as HF-named tensors in torch's [out, in] layout."""
+    pre = "model.language_model." if cfg.arch == "qwen2_vl" else "model."
+    q, kv = cfg.q_dim, cfg.kv_dim
+    out = {pre + "embed_tokens.weight": params["embed"], pre + "norm.weight": params["final_norm"]}
+    if not cfg.tie_embeddings:
+        out["lm_head.weight"] = params["lm_head"].T
+    for i, p in enumerate(params["layers"]):
+        lp, a = f"{pre}layers.{i}.", f"{pre}layers.{i}.self_attn."
+        out.update({
+            lp + "input_layernorm.weight": p["attn_norm"],
+            lp + "post_attention_layernorm.weight": p["mlp_norm"],
+            a + "q_proj.weight": p["qkv"][:, :q].T,
+            a + "k_proj.weight": p["qkv"][:, q : q + kv].T,
+            a + "v_proj.weight": p["qkv"][:, q + kv : q + 2 * kv].T,
+            a + "o_proj.weight": p["o"].T,
+            lp + "mlp.gate_proj.weight": p["gate_up"][:, : cfg.mlp_dim].T,
+            lp + "mlp.up_proj.weight": p["gate_up"][:, cfg.mlp_dim :].T,
+            lp + "mlp.down_proj.weight": p["down"].T,
+        })
+        if cfg.qkv_bias:
+            b = p["qkv_bias"]
+            out.update({a + "q_proj.bias": b[:q], a + "k_proj.bias": b[q : q + kv], a + "v_proj.bias": b[q + kv :]})
+    return {k: jnp.asarray(v) for k, v in out.items()}
+
+
+def save_hf(cfg: ModelConfig, params: dict, path: str, *, base_config: dict | None = None) -> None:
+    """Write config.json + model.safetensors that transformers' `from_pretrained` loads.
+
+    The folder is written under a temporary name and renamed into place, so an existing checkpoint at
+    `path` is never left half-overwritten.
+    """
+    hf_config = config_to_hf(cfg, base_config)
+    tensors = params_to_hf(cfg, params)
+    tmp = path.rstrip("/") + ".tmp-save"
+    os.makedirs(tmp, exist_ok=True)
+    save_file(tensors, os.path.join(tmp, "model.safetensors"), metadata={"format": "pt"})
+    with open(os.path.join(tmp, "config.json"), "w") as f:
+        json.dump(hf_config, f, indent=2)
+    if os.path.exists(path):
+        old = path.rstrip("/") + ".tmp-old"
+        os.replace(path, old)
+        os.replace(tmp, path)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(tmp, path)

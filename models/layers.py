@@ -1,0 +1,91 @@
+"""Decoder building blocks as pure functions of (params, inputs): RMSNorm, GQA attention, SwiGLU MLP.
+
+Letter legend: B batch, T query time, S key/cache time, D model width, N query heads, K kv heads,
+G = N / K query heads per kv head, H head dim, F MLP width.
+
+Per-layer parameter layout (one dict per layer; projections fused so a step issues few large matmuls;
+`models.hf` converts to and from Hugging Face's separate q/k/v and gate/up tensors):
+    attn_norm [D]   qkv [D, N*H + 2*K*H (+ N*H gate columns)]   qkv_bias [same]   o [N*H, D]
+    mlp_norm [D]    gate_up [D, 2*F]                            down [F, D]
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from models.config import ModelConfig
+from models.rope import apply_rope
+
+MASK_VALUE = -1e30  # finite, so a query with no visible key (a padding row) gives a uniform, not NaN, softmax
+
+
+def rms_norm(x: jnp.ndarray, weight: jnp.ndarray, eps: float) -> jnp.ndarray:
+    """weight * x / sqrt(mean(x^2) + eps), statistics in float32 (as HF Llama/Qwen2)."""
+    x32 = x.astype(jnp.float32)
+    normed = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + eps)
+    return weight.astype(x.dtype) * normed.astype(x.dtype)
+
+
+def dense(x: jnp.ndarray, w: jnp.ndarray, dtype) -> jnp.ndarray:
+    return jnp.einsum("...d,df->...f", x.astype(dtype), w.astype(dtype))
+
+
+def split_qkv(cfg: ModelConfig, qkv_BxTxC: jnp.ndarray):
+    """Split fused projections into q [B,T,N,H], k, v [B,T,K,H] and the optional gate [B,T,N*H]."""
+    b, t, _ = qkv_BxTxC.shape
+    q_end, k_end, v_end = cfg.q_dim, cfg.q_dim + cfg.kv_dim, cfg.q_dim + 2 * cfg.kv_dim
+    q = qkv_BxTxC[..., :q_end].reshape(b, t, cfg.n_heads, cfg.head_dim)
+    k = qkv_BxTxC[..., q_end:k_end].reshape(b, t, cfg.n_kv_heads, cfg.head_dim)
+    v = qkv_BxTxC[..., k_end:v_end].reshape(b, t, cfg.n_kv_heads, cfg.head_dim)
+    gate = qkv_BxTxC[..., v_end:] if cfg.attn_output_gate else None
+    return q, k, v, gate
+
+
+def attend(cfg: ModelConfig, q_BxTxNxH, k_BxSxKxH, v_BxSxKxH, mask_BxTxS) -> jnp.ndarray:
+    """Grouped-query softmax attention; scores and softmax in float32. Returns [B, T, N*H]."""
+    b, t, n, h = q_BxTxNxH.shape
+    kv = cfg.n_kv_heads
+    q = q_BxTxNxH.reshape(b, t, kv, n // kv, h)
+    scores = jnp.einsum("btkgh,bskh->bkgts", q, k_BxSxKxH, preferred_element_type=jnp.float32)
+    scores = scores * (h**-0.5)
+    scores = jnp.where(mask_BxTxS[:, None, None, :, :], scores, MASK_VALUE)
+    probs = jax.nn.softmax(scores, axis=-1).astype(v_BxSxKxH.dtype)
+    out = jnp.einsum("bkgts,bskh->btkgh", probs, v_BxSxKxH)
+    return out.reshape(b, t, n * h)
+
+
+def attention_block(cfg, p, x_BxTxD, cos, sin, mask_BxTxS, kv_cache=None, write_index_B=None):
+    """Pre-norm attention with residual. With a cache, new k/v are written at write_index and attention
+    runs over the whole fixed-size cache (the mask hides unwritten slots). Returns (x, new kv cache)."""
+    dtype = cfg.jnp_dtype
+    h = rms_norm(x_BxTxD, p["attn_norm"], cfg.norm_eps)
+    qkv = dense(h, p["qkv"], dtype)
+    if cfg.qkv_bias:
+        qkv = qkv + p["qkv_bias"].astype(dtype)
+    q, k, v, gate = split_qkv(cfg, qkv)
+    q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+    if kv_cache is not None:
+        k = write_cache(kv_cache["k"], k, write_index_B)
+        v = write_cache(kv_cache["v"], v, write_index_B)
+        kv_cache = {"k": k, "v": v}
+    y = attend(cfg, q, k, v, mask_BxTxS)
+    if gate is not None:
+        y = y * jax.nn.sigmoid(gate.astype(jnp.float32)).astype(y.dtype)
+    return x_BxTxD + dense(y, p["o"], dtype), kv_cache
+
+
+def write_cache(cache_BxS: jnp.ndarray, new_BxT: jnp.ndarray, index_B: jnp.ndarray) -> jnp.ndarray:
+    """Write each row's T new entries (any trailing dims) at its own slot index, dynamic_update_slice per row."""
+    def one(c, u, i):
+        return jax.lax.dynamic_update_slice(c, u.astype(c.dtype), (i,) + (0,) * (c.ndim - 1))
+
+    return jax.vmap(one)(cache_BxS, new_BxT, index_B)
+
+
+def mlp_block(cfg: ModelConfig, p, x_BxTxD: jnp.ndarray) -> jnp.ndarray:
+    """Pre-norm SwiGLU MLP with residual: x + down(silu(gate(h)) * up(h))."""
+    dtype = cfg.jnp_dtype
+    h = rms_norm(x_BxTxD, p["mlp_norm"], cfg.norm_eps)
+    gate, up = jnp.split(dense(h, p["gate_up"], dtype), 2, axis=-1)
+    return x_BxTxD + dense(jax.nn.silu(gate) * up, p["down"], dtype)

@@ -1,0 +1,128 @@
+"""The decoder LM: `init_params`, `init_cache`, `forward`, and float32 token log-probs / entropies.
+
+Params are a plain pytree:
+    {"embed": [V, D], "layers": [per-layer dict, see models.layers], "final_norm": [D], "lm_head": [D, V]}
+(`lm_head` absent when embeddings are tied).
+
+KV cache (one layout, fixed size, passed in and returned):
+    {"layers": [{"k": [B, S, K, H], "v": [B, S, K, H]}, ...],
+     "end_index": [B] int32  -- next slot to write in each row,
+     "mask": [B, S] bool     -- slots that hold a real (non-padding) token}
+Prefill writes T slots per row at end_index and advances it by T; decode writes one. A query in slot i
+sees slots j <= i whose mask is set, so left-padded prompts of different lengths share one cache.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from models import layers
+from models.config import ModelConfig
+from models.rope import rope_cos_sin
+
+INIT_STD = 0.02  # Hugging Face's default initializer_range
+
+
+def init_params(cfg: ModelConfig, key: jax.Array) -> dict:
+    """Random weights: normal(0, 0.02) matrices, unit norms, zero biases (as transformers' init)."""
+    dtype = cfg.jnp_param_dtype
+    qkv_width = cfg.q_dim + 2 * cfg.kv_dim + (cfg.q_dim if cfg.attn_output_gate else 0)
+    k_embed, k_head, k_layers = jax.random.split(key, 3)
+
+    def normal(k, shape):
+        return (INIT_STD * jax.random.normal(k, shape, jnp.float32)).astype(dtype)
+
+    def layer(k):
+        k_qkv, k_o, k_gu, k_down = jax.random.split(k, 4)
+        p = {
+            "attn_norm": jnp.ones((cfg.d_model,), dtype),
+            "qkv": normal(k_qkv, (cfg.d_model, qkv_width)),
+            "o": normal(k_o, (cfg.q_dim, cfg.d_model)),
+            "mlp_norm": jnp.ones((cfg.d_model,), dtype),
+            "gate_up": normal(k_gu, (cfg.d_model, 2 * cfg.mlp_dim)),
+            "down": normal(k_down, (cfg.mlp_dim, cfg.d_model)),
+        }
+        if cfg.qkv_bias:
+            p["qkv_bias"] = jnp.zeros((qkv_width,), dtype)
+        return p
+
+    params = {
+        "embed": normal(k_embed, (cfg.vocab_size, cfg.d_model)),
+        "layers": [layer(jax.random.fold_in(k_layers, i)) for i in range(cfg.n_layers)],
+        "final_norm": jnp.ones((cfg.d_model,), dtype),
+    }
+    if not cfg.tie_embeddings:
+        params["lm_head"] = normal(k_head, (cfg.d_model, cfg.vocab_size))
+    return params
+
+
+def init_cache(cfg: ModelConfig, batch: int, max_len: int, dtype=None) -> dict:
+    """An empty fixed-size KV cache of max_len slots per row (compute dtype unless given)."""
+    dtype = cfg.jnp_dtype if dtype is None else dtype
+    shape = (batch, max_len, cfg.n_kv_heads, cfg.head_dim)
+    return {
+        "layers": [{"k": jnp.zeros(shape, dtype), "v": jnp.zeros(shape, dtype)} for _ in range(cfg.n_layers)],
+        "end_index": jnp.zeros((batch,), jnp.int32),
+        "mask": jnp.zeros((batch, max_len), bool),
+    }
+
+
+def forward(
+    cfg: ModelConfig,
+    params: dict,
+    tokens: jnp.ndarray,
+    positions: jnp.ndarray,
+    *,
+    attn_mask: jnp.ndarray | None = None,
+    cache: dict | None = None,
+) -> tuple[jnp.ndarray, dict | None]:
+    """Logits [B, T, V] (float32) for tokens [B, T] at RoPE positions ([B,T], [2,B,T] or [3,B,T]).
+
+    attn_mask [B, T]: 1 for real tokens, 0 for padding (keys that nobody may attend to).
+    Without a cache: causal self-attention over the T tokens. With a cache: the T tokens are written at
+    each row's `end_index` and attend to everything written before them; the updated cache is returned.
+    """
+    b, t = tokens.shape
+    valid = jnp.ones((b, t), bool) if attn_mask is None else attn_mask.astype(bool)
+    x = params["embed"][tokens].astype(cfg.jnp_dtype)
+    cos, sin = rope_cos_sin(cfg, positions)
+    if cache is None:
+        mask = jnp.tril(jnp.ones((t, t), bool))[None] & valid[:, None, :]  # [B, T, T]
+        layer_caches, write_index = [None] * cfg.n_layers, None
+    else:
+        write_index = cache["end_index"]
+        key_mask = layers.write_cache(cache["mask"], valid, write_index)  # [B, S]
+        slots = jnp.arange(key_mask.shape[1])
+        query_slot = write_index[:, None] + jnp.arange(t)  # [B, T]
+        mask = (slots[None, None, :] <= query_slot[:, :, None]) & key_mask[:, None, :]  # [B, T, S]
+        layer_caches = cache["layers"]
+    new_layer_caches = []
+    for p, kv in zip(params["layers"], layer_caches):
+        x, kv = layers.attention_block(cfg, p, x, cos, sin, mask, kv, write_index)
+        x = layers.mlp_block(cfg, p, x)
+        new_layer_caches.append(kv)
+    logits = unembed(cfg, params, x)
+    if cache is None:
+        return logits, None
+    return logits, {"layers": new_layer_caches, "end_index": write_index + t, "mask": key_mask}
+
+
+def unembed(cfg: ModelConfig, params: dict, x_BxTxD: jnp.ndarray) -> jnp.ndarray:
+    """Final norm and LM head; logits accumulated and returned in float32."""
+    x = layers.rms_norm(x_BxTxD, params["final_norm"], cfg.norm_eps)
+    head = params["embed"].T if cfg.tie_embeddings else params["lm_head"]
+    return jnp.einsum("btd,dv->btv", x, head.astype(x.dtype), preferred_element_type=jnp.float32)
+
+
+def token_logprobs(logits_BxTxV: jnp.ndarray, targets_BxT: jnp.ndarray) -> jnp.ndarray:
+    """log softmax(logits)[target] in float32, [B, T]."""
+    logits = logits_BxTxV.astype(jnp.float32)
+    picked = jnp.take_along_axis(logits, targets_BxT[..., None], axis=-1)[..., 0]
+    return picked - jax.nn.logsumexp(logits, axis=-1)
+
+
+def token_entropy(logits_BxTxV: jnp.ndarray) -> jnp.ndarray:
+    """Entropy of softmax(logits) in nats, float32, [B, T]."""
+    logp = jax.nn.log_softmax(logits_BxTxV.astype(jnp.float32), axis=-1)
+    return -jnp.sum(jnp.exp(logp) * logp, axis=-1)

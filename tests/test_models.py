@@ -1,0 +1,217 @@
+"""Properties of the decoder: causality, padding invariance, cached decode == full forward, bounded
+compilation, RoPE layouts against transformers, config validation."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+
+import models
+from models import rope
+from models.rope import text_positions
+
+VARIANTS = {
+    "rope": models.tiny(),
+    "rope_bias_tied": models.tiny(qkv_bias=True, tie_embeddings=True),
+    "rope2d": models.tiny(rope_kind="rope2d"),
+    "mrope": models.tiny(rope_kind="mrope", mrope_sections=(2, 3, 3)),
+    "mrope_interleaved": models.tiny(rope_kind="mrope", mrope_sections=(2, 3, 3), mrope_interleaved=True),
+    "gated": models.tiny(attn_output_gate=True),
+}
+
+
+def _positions(cfg, pos_BxT):
+    pos = jnp.asarray(pos_BxT)
+    if cfg.rope_kind == "rope":
+        return pos
+    if cfg.rope_kind == "rope2d":  # distinct row/col so both halves matter
+        return jnp.stack([pos // 3, pos % 3 + pos])
+    return jnp.stack([pos, pos // 2, pos + 1])
+
+
+def _setup(name, seed=0):
+    cfg = VARIANTS[name]
+    params = models.init_params(cfg, jax.random.key(seed))
+    # scale up the random weights so attention is far from uniform and errors would show
+    params = jax.tree.map(lambda p: p * 5.0 if p.ndim == 2 else p, params)
+    return cfg, params
+
+
+@pytest.mark.parametrize("name", list(VARIANTS))
+def test_causality(name):
+    """Changing tokens at t >= 5 leaves every logit at t < 5 unchanged."""
+    cfg, params = _setup(name)
+    tokens = jax.random.randint(jax.random.key(1), (2, 9), 0, cfg.vocab_size)
+    other = tokens.at[:, 5:].set((tokens[:, 5:] + 7) % cfg.vocab_size)
+    pos = _positions(cfg, np.broadcast_to(np.arange(9), (2, 9)))
+    a, _ = models.forward(cfg, params, tokens, pos)
+    b, _ = models.forward(cfg, params, other, pos)
+    np.testing.assert_array_equal(np.asarray(a[:, :5]), np.asarray(b[:, :5]))
+    assert np.abs(np.asarray(a[:, 5:] - b[:, 5:])).max() > 1e-3  # the future did change
+
+
+@pytest.mark.parametrize("name", ["rope", "mrope", "gated"])
+def test_left_padding_invariance(name):
+    """A left-padded row gives the same logits on its real tokens as the same row without padding."""
+    cfg, params = _setup(name)
+    seq = jax.random.randint(jax.random.key(2), (1, 6), 0, cfg.vocab_size)
+    alone, _ = models.forward(cfg, params, seq, _positions(cfg, np.arange(6)[None]))
+    padded = jnp.concatenate([jnp.full((1, 3), 17), seq], axis=1)
+    mask = np.array([[0, 0, 0, 1, 1, 1, 1, 1, 1]])
+    out, _ = models.forward(cfg, params, padded, _positions(cfg, text_positions(mask)), attn_mask=jnp.asarray(mask))
+    np.testing.assert_allclose(np.asarray(out[:, 3:]), np.asarray(alone), atol=1e-5)
+
+
+@pytest.mark.parametrize("name", list(VARIANTS))
+def test_prefill_then_cached_decode_equals_full_forward(name):
+    """Left-padded prompts of different lengths, prefilled into a cache, then one token at a time: every
+    logit equals one full forward over the whole sequence (<= 1e-5, float32)."""
+    cfg, params = _setup(name)
+    b, prompt_len, new, max_len = 2, 5, 6, 16
+    tokens = jax.random.randint(jax.random.key(3), (b, prompt_len + new), 0, cfg.vocab_size)
+    mask = np.ones((b, prompt_len + new), np.int32)
+    mask[1, :2] = 0  # row 1 has a 3-token prompt, left-padded
+    pos = _positions(cfg, text_positions(mask))
+    full, _ = models.forward(cfg, params, tokens, pos, attn_mask=jnp.asarray(mask))
+
+    cache = models.init_cache(cfg, b, max_len)
+    step = jax.jit(lambda p, t, q, m, c: models.forward(cfg, p, t, q, attn_mask=m, cache=c))
+    logits, cache = step(params, tokens[:, :prompt_len], pos[..., :prompt_len], jnp.asarray(mask[:, :prompt_len]),
+                         cache)
+    outs = [logits]
+    for t in range(prompt_len, prompt_len + new):
+        logits, cache = step(params, tokens[:, t : t + 1], pos[..., t : t + 1], jnp.asarray(mask[:, t : t + 1]), cache)
+        outs.append(logits)
+    cached = np.concatenate([np.asarray(o) for o in outs], axis=1)
+    real = mask.astype(bool)
+    assert np.abs(cached - np.asarray(full))[real].max() <= 1e-5
+    assert np.asarray(cache["end_index"]).tolist() == [prompt_len + new] * b
+    assert step._cache_size() == 2  # one prefill shape, one decode shape
+
+
+def test_forward_compiles_once_per_shape():
+    cfg, params = _setup("rope")
+    fwd = jax.jit(lambda p, t, q: models.forward(cfg, p, t, q)[0])
+    tokens = jnp.zeros((2, 8), jnp.int32)
+    pos = jnp.broadcast_to(jnp.arange(8), (2, 8))
+    fwd(params, tokens, pos)
+    fwd(params, tokens + 1, pos)
+    assert fwd._cache_size() == 1
+    fwd(params, jnp.zeros((2, 4), jnp.int32), pos[:, :4])
+    assert fwd._cache_size() == 2
+
+
+def test_bf16_params_keep_float32_logits():
+    cfg32, params32 = _setup("rope")
+    cfg16 = cfg32.replace(param_dtype="bfloat16", dtype="bfloat16")
+    params16 = jax.tree.map(lambda p: p.astype(jnp.bfloat16), params32)
+    tokens = jax.random.randint(jax.random.key(4), (2, 7), 0, cfg32.vocab_size)
+    pos = jnp.broadcast_to(jnp.arange(7), (2, 7))
+    l32, _ = models.forward(cfg32, params32, tokens, pos)
+    l16, _ = models.forward(cfg16, params16, tokens, pos)
+    assert l16.dtype == jnp.float32
+    lp32 = jax.nn.log_softmax(l32, -1)
+    lp16 = jax.nn.log_softmax(l16, -1)
+    # bf16 has ~3 significant digits; the distributions agree to that precision, not bitwise
+    assert 0 < float(jnp.abs(lp32 - lp16).max()) < 0.5
+
+
+# ---------------------------------------------------------------- RoPE against transformers' layouts
+
+def test_rope2d_matches_qwen2_vl_vision_rotary():
+    from transformers.models.qwen2_vl.configuration_qwen2_vl import Qwen2VLVisionConfig
+    from transformers.models.qwen2_vl.modeling_qwen2_vl import Qwen2VLVisionRotaryEmbedding
+
+    head_dim = 16
+    vcfg = Qwen2VLVisionConfig(embed_dim=32, num_heads=2)  # head_dim = 32 / 2 = 16
+    grid = np.array([[1, 4, 6], [2, 2, 2]])
+    pos = rope.vision_patch_positions(grid, spatial_merge_size=2)  # [2, N]
+    ref_cos, ref_sin = Qwen2VLVisionRotaryEmbedding(vcfg)(torch.zeros(1), torch.as_tensor(pos.T))
+    cfg = models.tiny(rope_kind="rope2d", head_dim=head_dim)
+    cos, sin = rope.rope_cos_sin(cfg, jnp.asarray(pos[:, None, :]))  # B = 1
+    np.testing.assert_allclose(np.asarray(cos[0]), ref_cos.numpy(), atol=1e-6)
+    np.testing.assert_allclose(np.asarray(sin[0]), ref_sin.numpy(), atol=1e-6)
+
+
+def test_vision_patch_positions_match_transformers():
+    from transformers.vision_utils import get_vision_position_ids
+
+    grid = np.array([[1, 4, 6], [2, 2, 4]])
+    ref = get_vision_position_ids(torch.as_tensor(grid), 2)
+    np.testing.assert_array_equal(rope.vision_patch_positions(grid, 2), ref.numpy().T)
+
+
+@pytest.mark.parametrize("interleaved", [False, True])
+def test_mrope_layout_matches_transformers(interleaved):
+    """Chunked sections as Qwen2-VL, interleaved as Qwen3-VL, on random 3-axis positions."""
+    if interleaved:
+        from transformers import Qwen3VLTextConfig
+        from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLTextRotaryEmbedding as Emb
+
+        hf_cfg = Qwen3VLTextConfig(hidden_size=128, num_attention_heads=4, head_dim=32,
+                                   rope_parameters={"rope_type": "default", "rope_theta": 5e6,
+                                                    "mrope_section": [6, 5, 5], "mrope_interleaved": True})
+        cfg = models.tiny(rope_kind="mrope", head_dim=32, mrope_sections=(6, 5, 5), mrope_interleaved=True,
+                          rope_theta=5e6)
+    else:
+        from transformers.models.qwen2_vl.configuration_qwen2_vl import Qwen2VLTextConfig
+        from transformers.models.qwen2_vl.modeling_qwen2_vl import Qwen2VLRotaryEmbedding as Emb
+
+        hf_cfg = Qwen2VLTextConfig(hidden_size=128, num_attention_heads=4,
+                                   rope_parameters={"rope_type": "default", "rope_theta": 1e4,
+                                                    "mrope_section": [4, 6, 6]})
+        cfg = models.tiny(rope_kind="mrope", head_dim=32, mrope_sections=(4, 6, 6))
+    pos = np.random.RandomState(0).randint(0, 50, (3, 2, 7))
+    ref_cos, ref_sin = Emb(hf_cfg)(torch.zeros(1, dtype=torch.float32), torch.as_tensor(pos))
+    cos, sin = rope.rope_cos_sin(cfg, jnp.asarray(pos))
+    np.testing.assert_allclose(np.asarray(cos), ref_cos.numpy(), atol=1e-5)
+    np.testing.assert_allclose(np.asarray(sin), ref_sin.numpy(), atol=1e-5)
+
+
+def test_interleaved_axis_assignment():
+    """Qwen3-VL [24, 20, 20]: f = 1 mod 3 -> h and f = 2 mod 3 -> w below 60, the rest t: 24/20/20."""
+    axis = rope.mrope_axis_of_freq((24, 20, 20), True)
+    assert np.bincount(axis).tolist() == [24, 20, 20]
+    assert axis[:6].tolist() == [0, 1, 2, 0, 1, 2] and axis[60:].tolist() == [0, 0, 0, 0]
+
+
+@pytest.mark.parametrize("interleaved", [False, True])
+def test_mrope_with_equal_axes_is_1d_rope(interleaved):
+    pos = np.random.RandomState(1).randint(0, 100, (2, 5))
+    c1, s1 = rope.rope_cos_sin(models.tiny(), jnp.asarray(pos))
+    cm, sm = rope.rope_cos_sin(models.tiny(rope_kind="mrope", mrope_sections=(2, 3, 3), mrope_interleaved=interleaved),
+                               jnp.asarray(np.stack([pos] * 3)))
+    np.testing.assert_array_equal(np.asarray(c1), np.asarray(cm))
+    np.testing.assert_array_equal(np.asarray(s1), np.asarray(sm))
+
+
+def test_rope_rejects_wrong_position_rank():
+    with pytest.raises(ValueError, match=r"\[3, B, T\]"):
+        rope.rope_cos_sin(models.tiny(rope_kind="mrope", mrope_sections=(2, 3, 3)), jnp.zeros((2, 5)))
+
+
+# ---------------------------------------------------------------- config validation
+
+@pytest.mark.parametrize("bad, field", [
+    (dict(n_heads=3), "n_heads"),
+    (dict(head_dim=15), "head_dim"),
+    (dict(rope_kind="alibi"), "rope_kind"),
+    (dict(rope_kind="mrope", mrope_sections=(2, 2, 2)), "mrope_sections"),
+    (dict(mrope_sections=(2, 3, 3)), "mrope_sections"),
+    (dict(dtype="int8"), "dtype"),
+    (dict(vocab_size=0), "vocab_size"),
+])
+def test_config_errors_name_the_field(bad, field):
+    with pytest.raises(ValueError, match=field):
+        models.tiny(**bad)
+
+
+def test_presets_param_counts():
+    # Qwen2.5-0.5B is published as 494M parameters (tied embeddings).
+    assert abs(models.qwen2_5_0_5b().num_params() / 1e6 - 494) < 1
+    cfg = models.tiny()
+    n = sum(x.size for x in jax.tree.leaves(models.init_params(cfg, jax.random.key(0))))
+    assert n == cfg.num_params()
