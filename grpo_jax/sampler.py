@@ -1,0 +1,288 @@
+"""Group rollout: G completions per prompt, with the logprobs and entropies of what was sampled.
+
+    rollout = sample(cfg, params, prompt_tokens, prompt_mask, key=key, group_size=8, max_new_tokens=128)
+
+Shape of the work (B prompts, G completions each, T = max_new_tokens):
+1. Prompts are re-packed to the left (real tokens flush right, whatever padding came in) and left-padded to
+   a power-of-two bucket P, so varied prompt lengths compile a bounded number of times.
+2. One jitted prefill over the B prompts writes a KV cache of P + T slots; the cache and the last logits
+   are then repeated G times (prefill once per prompt, not once per row).
+3. One jitted `lax.while_loop` decodes all B*G rows together and stops as soon as every row has emitted an
+   EOS or T tokens; no host sync per token. The cache is donated to it.
+
+Randomness: row (b, g) draws step t from `fold_in(fold_in(fold_in(key, prompt_index[b]), g), t)`, so the
+same (params, prompts, key) gives the same rollout on one device, under `pmap` or on a sharded mesh.
+
+Logprobs and entropies are those of the distribution actually sampled from (temperature, then top-k, then
+top-p). At temperature 0 (greedy) they are reported for the untempered, unfiltered distribution.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+
+import models
+from models.config import ModelConfig
+
+NEG_INF = -1e30
+
+
+@flax.struct.dataclass
+class Rollout:
+    """G completions for each of B prompts; T = max_new_tokens."""
+
+    tokens: jax.Array  # [B, G, T] int32 completion tokens (pad_id after the end)
+    completion_mask: jax.Array  # [B, G, T] 1 up to and including the first EOS, else 0
+    logprobs: jax.Array  # [B, G, T] float32 log p(token) under the sampling distribution
+    entropies: jax.Array  # [B, G, T] float32 entropy of that distribution (nats)
+    lengths: jax.Array  # [B, G] int32 completion lengths (EOS included)
+    truncated: jax.Array  # [B, G] bool: reached max_new_tokens without EOS
+
+
+# --------------------------------------------------------------------------------------------------
+# logit processing (pure functions on [..., V] logits)
+# --------------------------------------------------------------------------------------------------
+
+def apply_temperature(logits: jax.Array, temperature) -> jax.Array:
+    """logits / T; T = 0 (greedy) leaves logits as they are (the argmax is taken elsewhere)."""
+    t = jnp.asarray(temperature, jnp.float32)
+    return logits / jnp.where(t > 0, t, 1.0)
+
+
+def top_k_filter(logits: jax.Array, k: int) -> jax.Array:
+    """Keep the k largest logits (ties at the k-th value are all kept); k <= 0 keeps everything."""
+    if k <= 0 or k >= logits.shape[-1]:
+        return logits
+    kth = jax.lax.top_k(logits, k)[0][..., -1:]
+    return jnp.where(logits >= kth, logits, NEG_INF)
+
+
+def top_p_filter(logits: jax.Array, p: float) -> jax.Array:
+    """Nucleus: keep the smallest set of most likely tokens whose probability reaches p (the top token is
+    always kept); p >= 1 keeps everything."""
+    if p >= 1.0:
+        return logits
+    sorted_logits = jnp.sort(logits, axis=-1)[..., ::-1]
+    probs = jax.nn.softmax(sorted_logits, axis=-1)
+    mass_before = jnp.cumsum(probs, axis=-1) - probs
+    kept = mass_before < p
+    threshold = jnp.min(jnp.where(kept, sorted_logits, jnp.inf), axis=-1, keepdims=True)
+    return jnp.where(logits >= threshold, logits, NEG_INF)
+
+
+def process_logits(logits: jax.Array, *, temperature, top_k: int = 0, top_p: float = 1.0) -> jax.Array:
+    """The sampling distribution's logits, float32: temperature, then top-k, then top-p."""
+    out = apply_temperature(logits.astype(jnp.float32), temperature)
+    return top_p_filter(top_k_filter(out, top_k), top_p)
+
+
+def logprobs_and_entropy(logits_NxV: jax.Array, tokens_N: jax.Array):
+    """log p(token) and the entropy of softmax(logits), float32."""
+    logp = jax.nn.log_softmax(logits_NxV.astype(jnp.float32), axis=-1)
+    picked = jnp.take_along_axis(logp, tokens_N[..., None], axis=-1)[..., 0]
+    entropy = -jnp.sum(jnp.where(logp > NEG_INF / 2, jnp.exp(logp) * logp, 0.0), axis=-1)
+    return picked, entropy
+
+
+# --------------------------------------------------------------------------------------------------
+# prompt preparation
+# --------------------------------------------------------------------------------------------------
+
+def bucket_length(n: int, minimum: int = 8) -> int:
+    """Next power of two >= n (at least `minimum`): the prompt widths the sampler compiles for."""
+    return max(minimum, 1 << max(0, int(n) - 1).bit_length())
+
+
+@functools.partial(jax.jit, static_argnames=("width", "pad_id"))
+def left_align(tokens_BxP: jax.Array, mask_BxP: jax.Array, *, width: int, pad_id: int):
+    """Move each row's real tokens flush right in a [B, width] buffer (left padding), keeping their order."""
+    mask = mask_BxP.astype(bool)
+    b, p = tokens_BxP.shape
+    # stable sort putting padding first gives, per row, the source column of each output column
+    order = jnp.argsort(mask.astype(jnp.int32), axis=-1, stable=True)
+    toks = jnp.take_along_axis(tokens_BxP, order, axis=-1)
+    msk = jnp.take_along_axis(mask, order, axis=-1)
+    pad = width - p
+    toks = jnp.concatenate([jnp.full((b, pad), pad_id, toks.dtype), toks], axis=-1)
+    msk = jnp.concatenate([jnp.zeros((b, pad), bool), msk], axis=-1)
+    return jnp.where(msk, toks, pad_id).astype(jnp.int32), msk
+
+
+def rope_positions(cfg: ModelConfig, pos_BxT: jax.Array) -> jax.Array:
+    """Text positions in the layout the config's RoPE kind expects (all axes equal for 2D/M-RoPE)."""
+    if cfg.rope_kind == "rope":
+        return pos_BxT
+    return jnp.stack([pos_BxT] * (2 if cfg.rope_kind == "rope2d" else 3))
+
+
+# --------------------------------------------------------------------------------------------------
+# prefill and decode
+# --------------------------------------------------------------------------------------------------
+
+@functools.partial(jax.jit, static_argnames=("cfg", "group_size", "max_new_tokens"))
+def _prefill(cfg: ModelConfig, params, prompt_BxP, mask_BxP, *, group_size: int, max_new_tokens: int):
+    """Prefill each prompt once, then repeat for its G rows: (cache [B*G, P+T slots], last logits [B*G, V],
+    prompt lengths [B*G])."""
+    b, p = prompt_BxP.shape
+    lengths = jnp.sum(mask_BxP, axis=-1).astype(jnp.int32)
+    pos = jnp.maximum(jnp.cumsum(mask_BxP, axis=-1) - 1, 0)
+    cache = models.init_cache(cfg, b, p + max_new_tokens)
+    logits, cache = models.forward(cfg, params, prompt_BxP, rope_positions(cfg, pos), attn_mask=mask_BxP,
+                                   cache=cache)
+    return jax.tree.map(lambda x: jnp.repeat(x, group_size, axis=0), (cache, logits[:, -1], lengths))
+
+
+def row_keys(key: jax.Array, prompt_ids_B: jax.Array, group_size: int) -> jax.Array:
+    """[B*G] keys: fold_in(fold_in(key, prompt_id), g), row-major over (b, g)."""
+    per_prompt = jax.vmap(jax.random.fold_in, in_axes=(None, 0))(key, prompt_ids_B)
+    per_row = jax.vmap(lambda k: jax.vmap(jax.random.fold_in, in_axes=(None, 0))(k, jnp.arange(group_size)))(per_prompt)
+    return per_row.reshape(-1)
+
+
+@functools.partial(
+    jax.jit,
+    static_argnames=("cfg", "max_new_tokens", "top_k", "top_p", "eos_ids", "pad_id"),
+    donate_argnames=("cache",),
+)
+def _decode(cfg: ModelConfig, params, cache, logits0_RxV, start_pos_R, keys_R, temperature, *,
+            max_new_tokens: int, top_k: int, top_p: float, eos_ids: tuple, pad_id: int):
+    """The while_loop over decode steps for R = B*G rows: (token/logprob/entropy arrays [R, T] / [R], final
+    cache). The cache is donated and returned, so XLA updates it in place instead of copying it."""
+    logits0, start_pos = logits0_RxV, start_pos_R
+    r, t_max = logits0.shape[0], max_new_tokens
+    eos = jnp.asarray(eos_ids if eos_ids else (-1,), jnp.int32)
+    greedy = jnp.asarray(temperature, jnp.float32) <= 0
+
+    def cond(state):
+        t, done = state[0], state[1]
+        return (t < t_max) & ~jnp.all(done)
+
+    def body(state):
+        t, done, logits, cache, toks, lps, ents = state
+        step_keys = jax.vmap(jax.random.fold_in, in_axes=(0, None))(keys_R, t)
+        dist = process_logits(logits, temperature=temperature, top_k=top_k, top_p=top_p)
+        sampled = jax.vmap(jax.random.categorical)(step_keys, dist)
+        token = jnp.where(greedy, jnp.argmax(logits, axis=-1), sampled).astype(jnp.int32)
+        lp, ent = logprobs_and_entropy(jnp.where(greedy, logits.astype(jnp.float32), dist), token)
+        token = jnp.where(done, pad_id, token)
+        toks = toks.at[:, t].set(token)
+        lps = lps.at[:, t].set(jnp.where(done, 0.0, lp))
+        ents = ents.at[:, t].set(jnp.where(done, 0.0, ent))
+        new_done = done | jnp.isin(token, eos)
+        pos = rope_positions(cfg, (start_pos + t)[:, None])
+        logits, cache = models.forward(cfg, params, token[:, None], pos, attn_mask=~done[:, None], cache=cache)
+        return t + 1, new_done, logits[:, 0], cache, toks, lps, ents
+
+    init = (
+        jnp.int32(0),
+        jnp.zeros((r,), bool),
+        logits0,
+        cache,
+        jnp.full((r, t_max), pad_id, jnp.int32),
+        jnp.zeros((r, t_max), jnp.float32),
+        jnp.zeros((r, t_max), jnp.float32),
+    )
+    _, done, _, cache, toks, lps, ents = jax.lax.while_loop(cond, body, init)
+    return _finish(toks, lps, ents, eos), cache
+
+
+def _finish(toks_RxT, lps, ents, eos):
+    """Masks, lengths and truncation flags from the token buffer."""
+    is_eos = jnp.isin(toks_RxT, eos)
+    t_max = toks_RxT.shape[1]
+    first_eos = jnp.where(is_eos.any(-1), jnp.argmax(is_eos, axis=-1), t_max)
+    lengths = jnp.minimum(first_eos + 1, t_max).astype(jnp.int32)
+    mask = (jnp.arange(t_max)[None, :] < lengths[:, None]).astype(jnp.int32)
+    return toks_RxT, mask, lps * mask, ents * mask, lengths, ~is_eos.any(-1)
+
+
+def sample_core(cfg: ModelConfig, params, prompt_tokens, prompt_mask, prompt_ids, *, key, group_size: int,
+                max_new_tokens: int, temperature=1.0, top_k: int = 0, top_p: float = 1.0, eos_ids=(),
+                pad_id: int = 0) -> Rollout:
+    """`sample` for already left-aligned, bucketed prompts and explicit global prompt indices [B]."""
+    cache, last_logits, lengths = _prefill(cfg, params, prompt_tokens, prompt_mask, group_size=group_size,
+                                           max_new_tokens=max_new_tokens)
+    keys = row_keys(key, prompt_ids, group_size)
+    outs, _ = _decode(cfg, params, cache, last_logits, lengths, keys, jnp.asarray(temperature, jnp.float32),
+                   max_new_tokens=max_new_tokens, top_k=int(top_k), top_p=float(top_p),
+                   eos_ids=tuple(int(e) for e in eos_ids), pad_id=int(pad_id))
+    b = prompt_tokens.shape[0]
+    toks, mask, lps, ents, lens, trunc = (x.reshape((b, group_size) + x.shape[1:]) for x in outs)
+    return Rollout(tokens=toks, completion_mask=mask, logprobs=lps, entropies=ents, lengths=lens, truncated=trunc)
+
+
+def _check_args(prompt_tokens, prompt_mask, group_size, max_new_tokens, temperature, top_k, top_p):
+    if prompt_tokens.ndim != 2 or prompt_tokens.shape != prompt_mask.shape:
+        raise ValueError(f"prompt_tokens and prompt_mask must both be [B, P], got {prompt_tokens.shape} "
+                         f"and {prompt_mask.shape}")
+    if group_size < 1:
+        raise ValueError(f"group_size must be >= 1, got {group_size}")
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    if not isinstance(temperature, jax.Array) and temperature < 0:
+        raise ValueError(f"temperature must be >= 0, got {temperature}")
+    if top_k < 0:
+        raise ValueError(f"top_k must be >= 0 (0 = off), got {top_k}")
+    if not 0.0 < top_p <= 1.0:
+        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+
+
+def prepare_prompts(prompt_tokens, prompt_mask, *, pad_id: int = 0):
+    """Left-align and bucket prompts: ([B, P_bucket] int32 tokens, [B, P_bucket] bool mask)."""
+    width = bucket_length(prompt_tokens.shape[1])
+    return left_align(jnp.asarray(prompt_tokens), jnp.asarray(prompt_mask), width=width, pad_id=pad_id)
+
+
+def sample(cfg: ModelConfig, params, prompt_tokens, prompt_mask, *, key, group_size: int, max_new_tokens: int,
+           temperature=1.0, top_k: int = 0, top_p: float = 1.0, eos_ids=(), pad_id: int = 0) -> Rollout:
+    """G completions for each of the B prompts (any padding side). Runs wherever `params` live: on one
+    device, or under jit with params sharded on a mesh (computation follows the input shardings)."""
+    _check_args(prompt_tokens, prompt_mask, group_size, max_new_tokens, temperature, top_k, top_p)
+    tokens, mask = prepare_prompts(prompt_tokens, prompt_mask, pad_id=pad_id)
+    ids = jnp.arange(tokens.shape[0], dtype=jnp.int32)
+    return sample_core(cfg, params, tokens, mask, ids, key=key, group_size=group_size,
+                       max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
+                       eos_ids=eos_ids, pad_id=pad_id)
+
+
+def sample_pmap(cfg: ModelConfig, params, prompt_tokens, prompt_mask, *, key, group_size: int,
+                max_new_tokens: int, temperature=1.0, top_k: int = 0, top_p: float = 1.0, eos_ids=(),
+                pad_id: int = 0, devices=None) -> Rollout:
+    """`sample` with the prompts split over local devices by `pmap` (each group whole on one device).
+
+    B must be a multiple of the device count. Keys use global prompt indices, so the tokens equal
+    the single-device sampler's for the same key.
+    """
+    _check_args(prompt_tokens, prompt_mask, group_size, max_new_tokens, temperature, top_k, top_p)
+    devices = jax.local_devices() if devices is None else devices
+    n = len(devices)
+    tokens, mask = prepare_prompts(prompt_tokens, prompt_mask, pad_id=pad_id)
+    b = tokens.shape[0]
+    if b % n:
+        raise ValueError(f"sample_pmap: {b} prompts do not split over {n} devices")
+    ids = jnp.arange(b, dtype=jnp.int32)
+
+    def per_device(p, tok, msk, pid):
+        return sample_core(cfg, p, tok, msk, pid, key=key, group_size=group_size, max_new_tokens=max_new_tokens,
+                           temperature=temperature, top_k=top_k, top_p=top_p, eos_ids=eos_ids, pad_id=pad_id)
+
+    split = lambda x: x.reshape((n, b // n) + x.shape[1:])  # noqa: E731
+    out = jax.pmap(per_device, in_axes=(None, 0, 0, 0), devices=devices)(params, split(tokens), split(mask),
+                                                                          split(ids))
+    return jax.tree.map(lambda x: x.reshape((b,) + x.shape[2:]), out)
+
+
+def full_sequences(prompt_tokens, prompt_mask, rollout: Rollout, *, pad_id: int = 0):
+    """Teacher-forcing inputs: ([B*G, P+T] tokens, [B*G, P+T] mask, P) with prompts left-aligned/bucketed."""
+    tokens, mask = prepare_prompts(prompt_tokens, prompt_mask, pad_id=pad_id)
+    g = rollout.tokens.shape[1]
+    p = tokens.shape[1]
+    comp = rollout.tokens.reshape(-1, rollout.tokens.shape[-1])
+    comp_mask = rollout.completion_mask.reshape(comp.shape).astype(bool)
+    seq = jnp.concatenate([jnp.repeat(tokens, g, 0), comp], axis=1)
+    seq_mask = jnp.concatenate([jnp.repeat(mask, g, 0), comp_mask], axis=1)
+    return seq, seq_mask, p

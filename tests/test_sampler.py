@@ -1,0 +1,237 @@
+"""Sampler properties: logprobs == teacher forcing, greedy == argmax of full forwards, EOS masking,
+top-k/top-p support, determinism, pmap/mesh == single device, bounded compilation."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import models
+from grpo_jax import sampler
+from grpo_jax.sampler import full_sequences, process_logits, rope_positions, sample
+
+
+def _model(rope_kind="rope", scale=8.0, seed=0):
+    extra = {"mrope": dict(mrope_sections=(2, 3, 3)), "rope2d": {}, "rope": {}}[rope_kind]
+    cfg = models.tiny(rope_kind=rope_kind, qkv_bias=True, **extra)
+    params = models.init_params(cfg, jax.random.key(seed))
+    # larger weights -> peaked next-token distributions, so top-k/top-p and greedy are non-trivial
+    return cfg, jax.tree.map(lambda p: p * scale if p.ndim == 2 else p, params)
+
+
+def _prompts(b=3, p=6, seed=1, vocab=128):
+    tokens = np.random.RandomState(seed).randint(3, vocab, (b, p))
+    mask = np.ones((b, p), np.int32)
+    mask[1, :2] = 0  # a shorter, left-padded prompt
+    mask[-1, :4] = 0
+    return jnp.asarray(tokens), jnp.asarray(mask)
+
+
+def _teacher_forced_logits(cfg, params, prompt, mask, rollout):
+    """Logits predicting each completion token, from one full forward over prompt + completion."""
+    seq, seq_mask, p = full_sequences(prompt, mask, rollout)
+    pos = jnp.maximum(jnp.cumsum(seq_mask, axis=-1) - 1, 0)
+    logits = jax.jit(lambda s, q, m: models.forward(cfg, params, s, q, attn_mask=m)[0])(
+        seq, rope_positions(cfg, pos), seq_mask)
+    t = rollout.tokens.shape[-1]
+    return logits[:, p - 1 : p - 1 + t].reshape(rollout.tokens.shape + (cfg.vocab_size,))
+
+
+@pytest.mark.parametrize("rope_kind, temperature, top_k, top_p", [
+    ("rope", 1.0, 0, 1.0),
+    ("rope", 0.7, 0, 1.0),
+    ("rope", 1.3, 20, 0.9),
+    ("mrope", 1.0, 0, 1.0),
+    ("rope2d", 0.8, 0, 1.0),
+])
+def test_logprobs_equal_teacher_forcing(rope_kind, temperature, top_k, top_p):
+    cfg, params = _model(rope_kind)
+    prompt, mask = _prompts()
+    ro = sample(cfg, params, prompt, mask, key=jax.random.key(0), group_size=4, max_new_tokens=10,
+                temperature=temperature, top_k=top_k, top_p=top_p, eos_ids=(3, 4, 5))
+    logits = _teacher_forced_logits(cfg, params, prompt, mask, ro)
+    dist = process_logits(logits, temperature=temperature, top_k=top_k, top_p=top_p)
+    logp = jax.nn.log_softmax(dist, axis=-1)
+    want = jnp.take_along_axis(logp, ro.tokens[..., None], axis=-1)[..., 0]
+    m = ro.completion_mask.astype(bool)
+    assert np.abs(np.asarray(ro.logprobs - want))[np.asarray(m)].max() <= 1e-5
+    p = jnp.exp(logp)
+    want_ent = -jnp.sum(jnp.where(p > 0, p * logp, 0.0), axis=-1)
+    assert np.abs(np.asarray(ro.entropies - want_ent))[np.asarray(m)].max() <= 1e-4
+    assert np.all(np.asarray(ro.logprobs)[~np.asarray(m)] == 0)
+
+
+def test_greedy_equals_argmax_of_full_forward():
+    cfg, params = _model()
+    prompt, mask = _prompts()
+    n = 8
+    ro = sample(cfg, params, prompt, mask, key=jax.random.key(0), group_size=2, max_new_tokens=n, temperature=0.0)
+    tokens, tmask = sampler.prepare_prompts(prompt, mask)
+    p = tokens.shape[1]
+    # A fixed-width buffer filled one argmax at a time; causality makes the unfilled tail irrelevant.
+    seq = jnp.concatenate([tokens, jnp.zeros((tokens.shape[0], n), jnp.int32)], axis=1)
+    seq_mask = jnp.concatenate([tmask, jnp.ones((tokens.shape[0], n), bool)], axis=1)
+    pos = jnp.maximum(jnp.cumsum(seq_mask, axis=-1) - 1, 0)
+    full = jax.jit(lambda s: models.forward(cfg, params, s, pos, attn_mask=seq_mask)[0])
+    for i in range(n):
+        seq = seq.at[:, p + i].set(jnp.argmax(full(seq)[:, p + i - 1], axis=-1))
+    want = np.asarray(seq[:, p:])
+    got = np.asarray(ro.tokens)
+    assert (got[:, 0] == want).all() and (got[:, 1] == want).all()  # both group members are the argmax path
+
+
+def test_eos_masks_everything_after_it():
+    cfg, params = _model(scale=2.0)
+    prompt, mask = _prompts(b=4)
+    eos = tuple(range(3, 40))  # ~30% of the vocabulary: most rows stop early, some run to the end
+    ro = sample(cfg, params, prompt, mask, key=jax.random.key(5), group_size=8, max_new_tokens=6, eos_ids=eos,
+                pad_id=0)
+    toks, m = np.asarray(ro.tokens), np.asarray(ro.completion_mask)
+    lengths, trunc = np.asarray(ro.lengths), np.asarray(ro.truncated)
+    is_eos = np.isin(toks, eos)
+    assert trunc.any() and (~trunc).any()  # both cases are exercised
+    for b in range(toks.shape[0]):
+        for g in range(toks.shape[1]):
+            hits = np.flatnonzero(is_eos[b, g])
+            if hits.size:
+                n = hits[0] + 1
+                assert not trunc[b, g] and lengths[b, g] == n
+                assert (toks[b, g, n:] == 0).all()
+            else:
+                assert trunc[b, g] and lengths[b, g] == 6
+            assert m[b, g].tolist() == [1] * lengths[b, g] + [0] * (6 - lengths[b, g])
+
+
+def test_decoding_stops_early_when_all_rows_finish():
+    cfg, params = _model()
+    prompt, mask = _prompts()
+    everything = tuple(range(cfg.vocab_size))  # the first token always ends the row
+    ro = sample(cfg, params, prompt, mask, key=jax.random.key(0), group_size=2, max_new_tokens=50,
+                eos_ids=everything)
+    assert np.asarray(ro.lengths).max() == 1 and not np.asarray(ro.truncated).any()
+
+
+@pytest.mark.parametrize("top_k, top_p", [(5, 1.0), (0, 0.5)])
+def test_top_k_top_p_never_sample_outside_the_allowed_set(top_k, top_p):
+    cfg, params = _model(scale=3.0)
+    prompt, mask = _prompts(b=2)
+    ro = sample(cfg, params, prompt, mask, key=jax.random.key(7), group_size=64, max_new_tokens=4,
+                top_k=top_k, top_p=top_p)
+    raw = _teacher_forced_logits(cfg, params, prompt, mask, ro)
+    allowed = process_logits(raw, temperature=1.0, top_k=top_k, top_p=top_p) > -1e29
+    picked = np.asarray(jnp.take_along_axis(allowed, ro.tokens[..., None], axis=-1)[..., 0])
+    assert picked.all()
+    sizes = np.asarray(allowed.sum(-1))
+    assert sizes.min() >= 1 and sizes.max() < cfg.vocab_size  # the filter really removed tokens
+    if top_k:
+        assert sizes.max() == top_k
+
+
+def test_filters_on_hand_made_logits():
+    logits = jnp.log(jnp.array([0.5, 0.2, 0.15, 0.1, 0.05]))
+    # top-p 0.7: mass before each sorted token = 0, .5, .7, ... -> keep the first two (0.5 + 0.2 >= 0.7)
+    assert (sampler.top_p_filter(logits, 0.7) > -1e29).tolist() == [True, True, False, False, False]
+    assert (sampler.top_p_filter(logits, 0.3) > -1e29).tolist() == [True, False, False, False, False]
+    assert (sampler.top_k_filter(logits, 3) > -1e29).tolist() == [True, True, True, False, False]
+
+
+def test_determinism_and_key_sensitivity():
+    cfg, params = _model(scale=2.0)
+    prompt, mask = _prompts()
+    kw = dict(group_size=4, max_new_tokens=8)
+    a = sample(cfg, params, prompt, mask, key=jax.random.key(1), **kw)
+    b = sample(cfg, params, prompt, mask, key=jax.random.key(1), **kw)
+    c = sample(cfg, params, prompt, mask, key=jax.random.key(2), **kw)
+    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+    assert (np.asarray(a.tokens) != np.asarray(c.tokens)).any()
+    # group members differ from each other (each row has its own key)
+    assert (np.asarray(a.tokens)[:, 0] != np.asarray(a.tokens)[:, 1]).any()
+
+
+def test_right_padded_prompts_equal_left_padded():
+    cfg, params = _model()
+    prompt, mask = _prompts()
+    right_tok, right_mask = np.array(prompt), np.array(mask)
+    for i in range(right_tok.shape[0]):
+        n = int(right_mask[i].sum())
+        right_tok[i] = np.concatenate([right_tok[i][right_mask[i] > 0], np.zeros(6 - n, int)])
+        right_mask[i] = np.arange(6) < n
+    kw = dict(key=jax.random.key(3), group_size=2, max_new_tokens=5)
+    a = sample(cfg, params, prompt, mask, **kw)
+    b = sample(cfg, params, jnp.asarray(right_tok), jnp.asarray(right_mask), **kw)
+    np.testing.assert_array_equal(np.asarray(a.tokens), np.asarray(b.tokens))
+
+
+def test_decode_compiles_once_per_bucket():
+    cfg, params = _model()
+    kw = dict(key=jax.random.key(0), group_size=2, max_new_tokens=4)
+    before = sampler._decode._cache_size()
+    for p in (5, 7, 8):  # all in the 8-wide bucket
+        tokens = jnp.ones((2, p), jnp.int32) * 9
+        sample(cfg, params, tokens, jnp.ones((2, p), jnp.int32), **kw)
+    assert sampler._decode._cache_size() == before + 1
+    sample(cfg, params, jnp.ones((2, 9), jnp.int32), jnp.ones((2, 9), jnp.int32), **kw)  # bucket 16
+    assert sampler._decode._cache_size() == before + 2
+    sample(cfg, params, jnp.ones((2, 9), jnp.int32), jnp.ones((2, 9), jnp.int32), temperature=0.3, **kw)
+    assert sampler._decode._cache_size() == before + 2  # temperature is traced: no recompile
+
+
+def test_bad_arguments_are_named():
+    cfg, params = _model()
+    prompt, mask = _prompts()
+    for kw, word in [(dict(group_size=0), "group_size"), (dict(top_p=0.0), "top_p"), (dict(top_k=-1), "top_k"),
+                     (dict(temperature=-1.0), "temperature"), (dict(max_new_tokens=0), "max_new_tokens")]:
+        args = dict(key=jax.random.key(0), group_size=2, max_new_tokens=3) | kw
+        with pytest.raises(ValueError, match=word):
+            sample(cfg, params, prompt, mask, **args)
+
+
+MULTI_DEVICE = textwrap.dedent("""
+    import json, sys
+    import jax, jax.numpy as jnp, numpy as np
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+    import models
+    from grpo_jax.sampler import sample, sample_pmap
+    assert jax.device_count() == 8, jax.devices()
+    cfg = models.tiny(n_heads=4, n_kv_heads=4, qkv_bias=True)
+    params = jax.tree.map(lambda p: p * 4.0 if p.ndim == 2 else p, models.init_params(cfg, jax.random.key(0)))
+    tokens = jnp.asarray(np.random.RandomState(0).randint(3, 128, (8, 6)))
+    mask = jnp.ones((8, 6), jnp.int32).at[1, :3].set(0)
+    kw = dict(key=jax.random.key(11), group_size=4, max_new_tokens=12, eos_ids=(3, 4, 5, 6))
+    single = sample(cfg, jax.device_put(params, jax.devices()[0]), tokens, mask, **kw)
+    pm = sample_pmap(cfg, params, tokens, mask, **kw)
+    mesh = Mesh(np.array(jax.devices()).reshape(2, 4), ("data", "tensor"))
+    def spec(x):  # shard matrices over 'tensor' on their output dim, replicate vectors
+        return NamedSharding(mesh, P(None, "tensor") if x.ndim == 2 else P())
+    sharded_params = jax.tree.map(lambda x: jax.device_put(x, spec(x)), params)
+    batch = NamedSharding(mesh, P("data", None))
+    sh = sample(cfg, sharded_params, jax.device_put(tokens, batch), jax.device_put(mask, batch), **kw)
+    print(json.dumps({
+        "pmap_equal": bool((np.asarray(pm.tokens) == np.asarray(single.tokens)).all()),
+        "mesh_equal": bool((np.asarray(sh.tokens) == np.asarray(single.tokens)).all()),
+        "pmap_logp_diff": float(np.abs(np.asarray(pm.logprobs) - np.asarray(single.logprobs)).max()),
+        "mesh_logp_diff": float(np.abs(np.asarray(sh.logprobs) - np.asarray(single.logprobs)).max()),
+        "sharded": str(sharded_params["layers"][0]["qkv"].sharding.spec),
+        "lengths_varied": bool(len(set(np.asarray(single.lengths).ravel().tolist())) > 1),
+    }))
+""")
+
+
+def test_pmap_and_mesh_sharded_sampler_match_single_device():
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu")
+    out = subprocess.run([sys.executable, "-c", MULTI_DEVICE], env=env, capture_output=True, text=True, timeout=600,
+                         cwd=os.path.dirname(os.path.dirname(__file__)))
+    assert out.returncode == 0, out.stderr[-3000:]
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    assert res["pmap_equal"] and res["mesh_equal"], res
+    assert res["pmap_logp_diff"] <= 1e-5 and res["mesh_logp_diff"] <= 1e-5, res
+    assert "tensor" in res["sharded"] and res["lengths_varied"]
