@@ -130,10 +130,11 @@ def _prefill(cfg: ModelConfig, params, prompt_BxP, mask_BxP, *, group_size: int,
     b, p = prompt_BxP.shape
     lengths = jnp.sum(mask_BxP, axis=-1).astype(jnp.int32)
     pos = jnp.maximum(jnp.cumsum(mask_BxP, axis=-1) - 1, 0)
-    cache = models.init_cache(cfg, b, p + max_new_tokens)
+    cache = models.init_cache(cfg, b, p + max_new_tokens, aligned=True)  # left-aligned rows share one index
     logits, cache = models.forward(cfg, params, prompt_BxP, rope_positions(cfg, pos), attn_mask=mask_BxP,
                                    cache=cache)
-    return jax.tree.map(lambda x: jnp.repeat(x, group_size, axis=0), (cache, logits[:, -1], lengths))
+    repeat = lambda x: jnp.repeat(x, group_size, axis=0) if x.ndim else x  # noqa: E731
+    return jax.tree.map(repeat, (cache, logits[:, -1], lengths))
 
 
 def row_keys(key: jax.Array, prompt_ids_B: jax.Array, group_size: int) -> jax.Array:

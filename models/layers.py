@@ -42,16 +42,19 @@ def split_qkv(cfg: ModelConfig, qkv_BxTxC: jnp.ndarray):
     return q, k, v, gate
 
 
-def attend(cfg: ModelConfig, q_BxTxNxH, k_BxSxKxH, v_BxSxKxH, mask_BxTxS) -> jnp.ndarray:
-    """Grouped-query softmax attention; scores and softmax in float32. Returns [B, T, N*H]."""
+def attend(cfg: ModelConfig, q_BxTxNxH, k_BxKxSxH, v_BxKxSxH, mask_BxTxS) -> jnp.ndarray:
+    """Grouped-query softmax attention; scores and softmax in float32. Returns [B, T, N*H].
+
+    Keys and values come head-major ([B, K, S, H], the cache layout) so both products are plain batched
+    matmuls over (B, K) and the cache is never transposed."""
     b, t, n, h = q_BxTxNxH.shape
     kv = cfg.n_kv_heads
     q = q_BxTxNxH.reshape(b, t, kv, n // kv, h)
-    scores = jnp.einsum("btkgh,bskh->bkgts", q, k_BxSxKxH, preferred_element_type=jnp.float32)
+    scores = jnp.einsum("btkgh,bksh->bkgts", q, k_BxKxSxH, preferred_element_type=jnp.float32)
     scores = scores * (h**-0.5)
     scores = jnp.where(mask_BxTxS[:, None, None, :, :], scores, MASK_VALUE)
-    probs = jax.nn.softmax(scores, axis=-1).astype(v_BxSxKxH.dtype)
-    out = jnp.einsum("bkgts,bskh->btkgh", probs, v_BxSxKxH)
+    probs = jax.nn.softmax(scores, axis=-1).astype(v_BxKxSxH.dtype)
+    out = jnp.einsum("bkgts,bksh->btkgh", probs, v_BxKxSxH)
     return out.reshape(b, t, n * h)
 
 
@@ -65,9 +68,10 @@ def attention_block(cfg, p, x_BxTxD, cos, sin, mask_BxTxS, kv_cache=None, write_
         qkv = qkv + p["qkv_bias"].astype(dtype)
     q, k, v, gate = split_qkv(cfg, qkv)
     q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+    k, v = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)  # [B, K, T, H]
     if kv_cache is not None:
-        k = write_cache(kv_cache["k"], k, write_index_B)
-        v = write_cache(kv_cache["v"], v, write_index_B)
+        k = write_cache(kv_cache["k"], k, write_index_B, axis=2)
+        v = write_cache(kv_cache["v"], v, write_index_B, axis=2)
         kv_cache = {"k": k, "v": v}
     y = attend(cfg, q, k, v, mask_BxTxS)
     if gate is not None:
@@ -75,12 +79,23 @@ def attention_block(cfg, p, x_BxTxD, cos, sin, mask_BxTxS, kv_cache=None, write_
     return x_BxTxD + dense(y, p["o"], dtype), kv_cache
 
 
-def write_cache(cache_BxS: jnp.ndarray, new_BxT: jnp.ndarray, index_B: jnp.ndarray) -> jnp.ndarray:
-    """Write each row's T new entries (any trailing dims) at its own slot index, dynamic_update_slice per row."""
-    def one(c, u, i):
-        return jax.lax.dynamic_update_slice(c, u.astype(c.dtype), (i,) + (0,) * (c.ndim - 1))
+def write_cache(cache: jnp.ndarray, new: jnp.ndarray, index_B: jnp.ndarray, *, axis: int = 1) -> jnp.ndarray:
+    """Write T new entries along the slot `axis` at each row's index (leading dim is the batch).
 
-    return jax.vmap(one)(cache_BxS, new_BxT, index_B)
+    A scalar index (all rows aligned, as in the sampler) is one dynamic_update_slice; a per-row index [B]
+    is a dynamic_update_slice per row (vmapped, which XLA lowers to a scatter)."""
+    new = new.astype(cache.dtype)
+    if index_B.ndim == 0:
+        start = [0] * cache.ndim
+        start[axis] = index_B
+        return jax.lax.dynamic_update_slice(cache, new, tuple(start))
+
+    def one(c, u, i):
+        start = [0] * c.ndim
+        start[axis - 1] = i
+        return jax.lax.dynamic_update_slice(c, u, tuple(start))
+
+    return jax.vmap(one)(cache, new, index_B)
 
 
 def mlp_block(cfg: ModelConfig, p, x_BxTxD: jnp.ndarray) -> jnp.ndarray:

@@ -5,8 +5,8 @@ Params are a plain pytree:
 (`lm_head` absent when embeddings are tied).
 
 KV cache (one layout, fixed size, passed in and returned):
-    {"layers": [{"k": [B, S, K, H], "v": [B, S, K, H]}, ...],
-     "end_index": [B] int32  -- next slot to write in each row,
+    {"layers": [{"k": [B, K, S, H], "v": [B, K, S, H]}, ...],   -- head-major: no transpose per step
+     "end_index": [B] int32  -- next slot to write in each row ([] when all rows advance together),
      "mask": [B, S] bool     -- slots that hold a real (non-padding) token}
 Prefill writes T slots per row at end_index and advances it by T; decode writes one. A query in slot i
 sees slots j <= i whose mask is set, so left-padded prompts of different lengths share one cache.
@@ -57,13 +57,17 @@ def init_params(cfg: ModelConfig, key: jax.Array) -> dict:
     return params
 
 
-def init_cache(cfg: ModelConfig, batch: int, max_len: int, dtype=None) -> dict:
-    """An empty fixed-size KV cache of max_len slots per row (compute dtype unless given)."""
+def init_cache(cfg: ModelConfig, batch: int, max_len: int, *, dtype=None, aligned: bool = False) -> dict:
+    """An empty fixed-size KV cache of max_len slots per row (compute dtype unless given).
+
+    aligned=True keeps one shared write index (shape []) instead of one per row: valid when every call
+    writes the same number of slots to every row (left-padded prompts, then one token per step), and it
+    turns the per-row scatter into a single slice update."""
     dtype = cfg.jnp_dtype if dtype is None else dtype
-    shape = (batch, max_len, cfg.n_kv_heads, cfg.head_dim)
+    shape = (batch, cfg.n_kv_heads, max_len, cfg.head_dim)
     return {
         "layers": [{"k": jnp.zeros(shape, dtype), "v": jnp.zeros(shape, dtype)} for _ in range(cfg.n_layers)],
-        "end_index": jnp.zeros((batch,), jnp.int32),
+        "end_index": jnp.zeros(() if aligned else (batch,), jnp.int32),
         "mask": jnp.zeros((batch, max_len), bool),
     }
 
@@ -94,7 +98,7 @@ def forward(
         write_index = cache["end_index"]
         key_mask = layers.write_cache(cache["mask"], valid, write_index)  # [B, S]
         slots = jnp.arange(key_mask.shape[1])
-        query_slot = write_index[:, None] + jnp.arange(t)  # [B, T]
+        query_slot = jnp.broadcast_to(write_index, (b,))[:, None] + jnp.arange(t)  # [B, T]
         mask = (slots[None, None, :] <= query_slot[:, :, None]) & key_mask[:, None, :]  # [B, T, S]
         layer_caches = cache["layers"]
     new_layer_caches = []
