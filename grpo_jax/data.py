@@ -1,0 +1,252 @@
+"""Prompt data: validated JSONL, a resumable deterministic batch stream, difficulty strata, pass-rate
+filtering, and tokenisation into the padded arrays the sampler and trainer take.
+
+The stream is a pure function of (rows, batch size, cursor, seed): epoch e visits the rows in the order
+of `default_rng([seed, e]).permutation(n)`, and the cursor (epoch, index) is all the state there is. A
+checkpoint stores the cursor, so a resumed run draws exactly the batches an uninterrupted one would.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from grpo_jax.tokenizer import Tokenizer, pad_rows
+
+Row = dict[str, Any]
+
+# Types of the fields the pipeline and rewards read; other fields pass through unchecked.
+FIELD_TYPES: Mapping[str, tuple[type, ...]] = {
+    "prompt": (str,),
+    "answer": (str, int, float),
+    "references": (str, list),
+    "difficulty": (int, str),
+    "pass_rate": (int, float),
+}
+
+
+class DataError(ValueError):
+    """A bad dataset row or argument; the message names the file and line (or row index) and field."""
+
+
+# --------------------------------------------------------------------------------------------- JSONL
+
+def check_row(row: Any, required: Sequence[str]) -> str | None:
+    """The problem with one row, or None: not an object, a missing/empty required field, a wrong type."""
+    if not isinstance(row, dict):
+        return f"row must be a JSON object, got {type(row).__name__}"
+    for name in required:
+        if name not in row:
+            return f"missing required field {name!r}"
+        if row[name] is None or row[name] == "" or row[name] == []:
+            return f"field {name!r} is empty"
+    for name, types in FIELD_TYPES.items():
+        value = row.get(name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, types)):
+            return f"field {name!r} must be {'/'.join(t.__name__ for t in types)}, got {type(value).__name__}"
+    rate = row.get("pass_rate")
+    if rate is not None and not 0.0 <= rate <= 1.0:
+        return f"field 'pass_rate' must be in [0, 1], got {rate!r}"
+    return None
+
+
+def load_jsonl(path: str | Path, *, required: Sequence[str] = ("prompt",)) -> list[Row]:
+    """All rows of a JSONL file, validated one by one; blank lines are skipped.
+
+    The first bad row raises `DataError("FILE:LINE: ...")`, so a broken dataset fails before training
+    starts rather than mid-run on the batch that happens to contain it.
+    """
+    rows = []
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise DataError(f"{path}:{lineno}: invalid JSON ({e.msg} at column {e.colno})") from None
+            problem = check_row(row, required)
+            if problem:
+                raise DataError(f"{path}:{lineno}: {problem}")
+            rows.append(row)
+    return rows
+
+
+def write_jsonl(path: str | Path, rows: Iterable[Mapping[str, Any]]) -> None:
+    """Write rows atomically (temp file in the same folder, then rename): a crash never leaves half a file."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            for row in rows:
+                f.write(json.dumps(row, ensure_ascii=False) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+# ------------------------------------------------------------------------------------ batch stream
+
+@dataclass(frozen=True)
+class Cursor:
+    """Position in the stream: `index` rows of epoch `epoch`'s permutation already served."""
+
+    epoch: int = 0
+    index: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("epoch", "index"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise DataError(f"Cursor.{name} must be a non-negative int, got {value!r}")
+
+    def to_dict(self) -> dict[str, int]:
+        return {"epoch": self.epoch, "index": self.index}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Cursor:
+        """Accepts what `to_dict` wrote, also after a checkpoint round trip turned the ints into NumPy ints."""
+        if set(d) != {"epoch", "index"}:
+            raise DataError(f"Cursor.from_dict needs exactly the fields epoch and index, got {sorted(d)}")
+        return cls(*(_as_int(d[name]) for name in ("epoch", "index")))
+
+
+def _as_int(value: Any) -> Any:
+    """Python int for an integer scalar of any kind (int, np.int64, 0-d array); anything else unchanged."""
+    if isinstance(value, (int, np.integer, np.ndarray)) and not isinstance(value, bool):
+        a = np.asarray(value)
+        if a.ndim == 0 and a.dtype.kind in "iu":
+            return int(a)
+    return value
+
+
+def epoch_order(n: int, epoch: int, *, seed: int) -> np.ndarray:
+    """The row order of one epoch: a permutation from its own generator, so any epoch is reachable directly."""
+    return np.random.default_rng([seed, epoch]).permutation(n)
+
+
+def next_indices(n: int, batch_size: int, cursor: Cursor, *, seed: int) -> tuple[np.ndarray, Cursor]:
+    """Row indices of the next batch (int64 [batch_size]) and the cursor after it; may cross epochs."""
+    if n <= 0 or batch_size <= 0:
+        raise DataError(f"need rows and a positive batch size, got n={n}, batch_size={batch_size}")
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise DataError(f"seed must be a non-negative int, got {seed!r}")
+    if cursor.index >= n:
+        raise DataError(f"cursor index {cursor.index} is past the {n} rows: was it saved for another dataset?")
+    epoch, index, parts, got = cursor.epoch, cursor.index, [], 0
+    while got < batch_size:
+        take = min(batch_size - got, n - index)
+        parts.append(epoch_order(n, epoch, seed=seed)[index : index + take])
+        got, index = got + take, index + take
+        if index == n:
+            epoch, index = epoch + 1, 0
+    return np.concatenate(parts), Cursor(epoch, index)
+
+
+def next_batch(rows: Sequence[Row], batch_size: int, cursor: Cursor, *, seed: int) -> tuple[list[Row], Cursor]:
+    """The next `batch_size` rows and the cursor after them (see `next_indices`)."""
+    idx, cursor = next_indices(len(rows), batch_size, cursor, seed=seed)
+    return [rows[i] for i in idx], cursor
+
+
+@dataclass
+class PromptStream:
+    """`next_batch` with the cursor kept for you; save `stream.cursor.to_dict()` in the checkpoint."""
+
+    rows: Sequence[Row]
+    batch_size: int
+    seed: int
+    cursor: Cursor = field(default_factory=Cursor)
+
+    def next(self) -> tuple[list[Row], np.ndarray]:
+        """(rows, their dataset indices): the indices are stable prompt ids, e.g. for per-prompt RNG keys."""
+        idx, self.cursor = next_indices(len(self.rows), self.batch_size, self.cursor, seed=self.seed)
+        return [self.rows[i] for i in idx], idx
+
+
+# ------------------------------------------------------------------------- strata and pass-rate filter
+
+PASS_RATE_STRATA = ("0", "(0,0.5)", "[0.5,1)", "1")  # never solved, hard, easy, always solved
+
+
+def pass_rate_stratum(rate: float) -> str:
+    """Bucket a pass rate; the ends are kept apart because those groups give GRPO no signal."""
+    if rate <= 0.0:
+        return "0"
+    if rate >= 1.0:
+        return "1"
+    return "(0,0.5)" if rate < 0.5 else "[0.5,1)"
+
+
+def strata_summary(rows: Sequence[Row], key: str = "difficulty") -> dict[str, int]:
+    """Row count per stratum of `key` ("pass_rate" is bucketed); rows without it count as "missing"."""
+    counts: dict[str, int] = {}
+    for row in rows:
+        value = row.get(key)
+        label = "missing" if value is None else pass_rate_stratum(value) if key == "pass_rate" else str(value)
+        counts[label] = counts.get(label, 0) + 1
+    order = _pass_rate_order if key == "pass_rate" else _natural_order
+    return dict(sorted(counts.items(), key=lambda kv: order(kv[0])))
+
+
+def _pass_rate_order(label: str) -> int:
+    return PASS_RATE_STRATA.index(label) if label in PASS_RATE_STRATA else len(PASS_RATE_STRATA)
+
+
+def _natural_order(label: str) -> tuple[int, float, str]:
+    """Numbers in numeric order (2 before 10), then other labels, then "missing"."""
+    try:
+        return (0, float(label), label)
+    except ValueError:
+        return (2 if label == "missing" else 1, 0.0, label)
+
+
+def filter_by_pass_rate(rows: Sequence[Row], lo: float, hi: float) -> tuple[list[Row], dict[str, Any]]:
+    """Keep rows with lo <= pass_rate <= hi, e.g. drop always-solved and never-solved prompts.
+
+    A row without a numeric pass_rate is an error naming its index: silently keeping or dropping it
+    would bias the curriculum without anyone noticing.
+    """
+    if not 0.0 <= lo <= hi <= 1.0:
+        raise DataError(f"need 0 <= lo <= hi <= 1, got lo={lo}, hi={hi}")
+    kept, below, above = [], 0, 0
+    for i, row in enumerate(rows):
+        rate = row.get("pass_rate")
+        if isinstance(rate, bool) or not isinstance(rate, (int, float)) or math.isnan(rate):
+            raise DataError(f"row {i}: field 'pass_rate' missing or not a number (got {rate!r})")
+        if rate < lo:
+            below += 1
+        elif rate > hi:
+            above += 1
+        else:
+            kept.append(row)
+    report = {"total": len(rows), "kept": len(kept), "below": below, "above": above, "lo": lo, "hi": hi}
+    return kept, report
+
+
+# ------------------------------------------------------------------------------------ tokenisation
+
+def encode_prompts(
+    tokenizer: Tokenizer, rows: Sequence[Row], *, width: int | None = None, add_bos: bool = False
+) -> tuple[np.ndarray, np.ndarray]:
+    """(tokens int32 [B, P], mask bool [B, P]) of the rows' prompts, left-padded for generation."""
+    return tokenizer.encode_batch([r["prompt"] for r in rows], width=width, left_pad=True, add_bos=add_bos)
+
+
+def encode_completions(
+    tokenizer: Tokenizer, texts: Sequence[str], *, width: int | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """(tokens int32 [B, T], mask bool [B, T]) of target completions + EOS, right-padded (supervised
+    warm start): the mask covers the EOS so the model learns to stop."""
+    rows = [tokenizer.encode(t) + [tokenizer.eos_id] for t in texts]
+    return pad_rows(rows, width=width, pad_id=tokenizer.pad_id, left_pad=False)
