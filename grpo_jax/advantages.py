@@ -1,0 +1,253 @@
+"""Group-relative advantage estimators: rewards R[B, G, K] and weights w[K] -> advantages A[B, G].
+
+B prompts, G rollouts per prompt, K reward dimensions (never pre-summed by the reward registry).
+Each estimator is a pure, jittable function written for one group and ``jax.vmap``-ed over B;
+``compute_advantages`` picks one by ``AdvantageConfig.estimator`` from ``ESTIMATORS``.
+
+Conventions (shared by every estimator; the tests pin each one):
+
+* Float32 throughout; the result carries no gradient (``stop_gradient``).
+* ``valid[B, G]`` (default: all True). Invalid rows get advantage 0 and are left out of every group and
+  batch statistic (mean, std, counts).
+* Missing reward dimensions are NaN. They are ignored as in TRL's ``nansum``: a NaN entry adds nothing to
+  the weighted sum sum_k w_k r_k (a row whose dimensions are all NaN has total 0), and in the per-dimension
+  estimators (gdpo, per_dim) it is left out of that dimension's group statistics and contributes 0.
+* std uses ``std_ddof`` (default 1, Bessel-corrected, as ``torch.std`` in TRL / verl / tunix GRPO).
+  Group z-scores divide by (std + eps); batch z-scores by (std_batch + batch_norm_eps).
+* Zero-variance groups get advantage exactly 0, also after a batch normalisation (where the float residue
+  of (0 - mean_batch) / std_batch is dropped). For the weighted total (grpo, grpo_batch_std, drgrpo, rloo,
+  reinforce_pp_baseline) that means all valid totals exactly equal; near-ties are damped by eps as in
+  the peers. For the fused per-dimension scores (gdpo, per_dim) it means a spread <= 1e-5 * sum_k |w_k|,
+  the float32 residue of dimensions that cancel exactly (see ``_per_dim_fused``).
+* Singleton groups (exactly one valid row) have no group baseline and get 0 (TRL's choice; verl instead
+  uses mean 0 / std 1 there, passing the raw reward through). Fully invalid groups get 0 everywhere.
+* Batch statistics are over valid rows, one count per sequence (verl's ``masked_whiten`` weights by
+  tokens; the two agree when every sequence counts once).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+
+from grpo_jax.config import AdvantageConfig
+
+Array = jax.Array
+Aux = dict[str, Array]
+Estimator = Callable[..., tuple[Array, Aux]]
+
+_FUSED_ZERO_TOL = 1e-5  # relative spread below which fused per-dimension scores count as constant
+
+
+def _moments(x_G: Array, mask_G: Array, *, ddof: int) -> tuple[Array, Array, Array]:
+    """Masked mean and std of one group, and whether the group is degenerate.
+
+    Degenerate = fewer than two valid entries, or all valid entries exactly equal (zero range). The exact
+    range test is what makes zero-variance groups give exactly 0: a float mean of equal values can differ
+    from them by one ulp, and (x - mean) / (std + eps) would then be noise instead of 0.
+    """
+    n = jnp.sum(mask_G)
+    x0 = jnp.where(mask_G, x_G, 0.0)
+    mean = jnp.sum(x0) / jnp.maximum(n, 1)
+    var = jnp.sum(jnp.where(mask_G, (x0 - mean) ** 2, 0.0)) / jnp.maximum(n - ddof, 1)
+    spread = jnp.max(jnp.where(mask_G, x0, -jnp.inf)) - jnp.min(jnp.where(mask_G, x0, jnp.inf))
+    degenerate = (n < 2) | (spread == 0.0)
+    return mean, jnp.sqrt(var), degenerate
+
+
+def _center(x_G: Array, mask_G: Array) -> tuple[Array, Array]:
+    """x_i - mean_j x_j over the valid entries; 0 for invalid entries and degenerate groups."""
+    mean, _, degenerate = _moments(x_G, mask_G, ddof=0)
+    return jnp.where(mask_G & ~degenerate, x_G - mean, 0.0), degenerate
+
+
+def _zscore(x_G: Array, mask_G: Array, *, ddof: int, eps: float) -> tuple[Array, Array]:
+    """(x_i - mean) / (std + eps) over the valid entries; 0 for invalid entries and degenerate groups."""
+    mean, std, degenerate = _moments(x_G, mask_G, ddof=ddof)
+    return jnp.where(mask_G & ~degenerate, (x_G - mean) / (std + eps), 0.0), degenerate
+
+
+def _prepare(rewards: Array, weights: Array, valid: Array | None) -> tuple[Array, Array, Array]:
+    rewards_BGK = jnp.asarray(rewards, jnp.float32)
+    if rewards_BGK.ndim != 3:
+        raise ValueError(f"rewards must be [B, G, K], got shape {rewards_BGK.shape}")
+    weights_K = jnp.asarray(weights, jnp.float32)
+    if weights_K.shape != rewards_BGK.shape[-1:]:
+        raise ValueError(f"weights must be [K]={rewards_BGK.shape[-1:]}, got shape {weights_K.shape}")
+    valid_BG = jnp.ones(rewards_BGK.shape[:2], bool) if valid is None else jnp.asarray(valid, bool)
+    if valid_BG.shape != rewards_BGK.shape[:2]:
+        raise ValueError(f"valid must be [B, G]={rewards_BGK.shape[:2]}, got shape {valid_BG.shape}")
+    return jax.lax.stop_gradient(rewards_BGK), weights_K, valid_BG
+
+
+def _weighted_nansum(rewards_BGK: Array, weights_K: Array) -> Array:
+    """r_total = sum_k w_k r_k, NaN entries skipped (TRL ``nansum``)."""
+    return jnp.sum(jnp.where(jnp.isnan(rewards_BGK), 0.0, rewards_BGK * weights_K), axis=-1)  # [B, G]
+
+
+def _per_dim_fused(
+    rewards_BGK: Array, weights_K: Array, valid_BG: Array, cfg: AdvantageConfig
+) -> tuple[Array, Array]:
+    """A_sum = sum_k w_k (r_k - mean_G r_k) / (std_G r_k + eps): per-dimension group z-scores, fused.
+
+    Returns (A_sum [B, G], zero_variance [B]). Per-dimension z-scores sum to 0 within a group, so a group
+    whose fused scores are all equal has A_sum = 0 in exact arithmetic; in float32 exactly cancelling
+    dimensions leave a residue of a few ulp. A spread below ``_FUSED_ZERO_TOL * sum_k |w_k|`` is therefore
+    treated as a zero-variance group and set to exactly 0, so a later batch z-score cannot amplify it.
+    """
+    mask_BGK = valid_BG[..., None] & ~jnp.isnan(rewards_BGK)
+    zscore_G = functools.partial(_zscore, ddof=cfg.std_ddof, eps=cfg.eps)
+    per_group = jax.vmap(zscore_G, in_axes=(1, 1), out_axes=(1, 0))  # over K inside one group
+    z_BGK, _ = jax.vmap(per_group)(rewards_BGK, mask_BGK)  # over B
+    fused_BG = jnp.sum(z_BGK * weights_K, axis=-1)
+    tol = _FUSED_ZERO_TOL * jnp.sum(jnp.abs(weights_K))
+    hi_B = jnp.max(jnp.where(valid_BG, fused_BG, -jnp.inf), axis=-1)
+    lo_B = jnp.min(jnp.where(valid_BG, fused_BG, jnp.inf), axis=-1)
+    zero_var_B = (jnp.sum(valid_BG, axis=-1) < 2) | (hi_B - lo_B <= tol)
+    return jnp.where(zero_var_B[:, None], 0.0, fused_BG), zero_var_B
+
+
+def _batch_zscore(x_BG: Array, valid_BG: Array, keep_BG: Array, *, ddof: int, eps: float) -> Array:
+    """(x - mean_batch) / (std_batch + eps) over all valid rows of the batch; 0 where ``keep`` is False."""
+    z, _ = _zscore(x_BG.reshape(-1), valid_BG.reshape(-1), ddof=ddof, eps=eps)
+    return jnp.where(keep_BG, z.reshape(x_BG.shape), 0.0)
+
+
+def _aux(scores_BG: Array, zero_var_B: Array, valid_BG: Array) -> Aux:
+    """scores: the values the group statistic saw; zero_variance: the group gives no signal."""
+    return {
+        "scores": scores_BG,
+        "zero_variance": zero_var_B,
+        "num_valid": jnp.sum(valid_BG, axis=-1, dtype=jnp.int32),
+    }
+
+
+def _finish(adv_BG: Array, aux: Aux) -> tuple[Array, Aux]:
+    return jax.lax.stop_gradient(adv_BG.astype(jnp.float32)), aux
+
+
+def grpo(
+    rewards: Array, weights: Array, *, valid: Array | None = None, cfg: AdvantageConfig
+) -> tuple[Array, Aux]:
+    """GRPO (DeepSeekMath eq. 3; TRL ``sum_then_normalize``; verl ``grpo``).
+
+        r_i = sum_k w_k r_{i,k}
+        A_i = (r_i - mean(r_1..r_G)) / (std(r_1..r_G) + eps)
+    """
+    rewards_BGK, weights_K, valid_BG = _prepare(rewards, weights, valid)
+    total_BG = _weighted_nansum(rewards_BGK, weights_K)
+    zscore_G = functools.partial(_zscore, ddof=cfg.std_ddof, eps=cfg.eps)
+    adv_BG, zero_var_B = jax.vmap(zscore_G)(total_BG, valid_BG)
+    return _finish(adv_BG, _aux(total_BG, zero_var_B, valid_BG))
+
+
+def grpo_batch_std(
+    rewards: Array, weights: Array, *, valid: Array | None = None, cfg: AdvantageConfig
+) -> tuple[Array, Aux]:
+    """Group mean, batch std (TRL ``scale_rewards="batch"``).
+
+        A_i = (r_i - mean_group r) / (std_batch r + batch_norm_eps),  std over the raw r of all valid rows.
+    """
+    rewards_BGK, weights_K, valid_BG = _prepare(rewards, weights, valid)
+    total_BG = _weighted_nansum(rewards_BGK, weights_K)
+    centered_BG, zero_var_B = jax.vmap(_center)(total_BG, valid_BG)
+    _, std_batch, batch_degenerate = _moments(total_BG.reshape(-1), valid_BG.reshape(-1), ddof=cfg.std_ddof)
+    adv_BG = jnp.where(batch_degenerate, 0.0, centered_BG / (std_batch + cfg.batch_norm_eps))
+    return _finish(adv_BG, _aux(total_BG, zero_var_B, valid_BG))
+
+
+def drgrpo(
+    rewards: Array, weights: Array, *, valid: Array | None = None, cfg: AdvantageConfig
+) -> tuple[Array, Aux]:
+    """Dr. GRPO (Liu et al. 2025): no std, A_i = r_i - mean(r_1..r_G)."""
+    del cfg  # no normalisation to configure
+    rewards_BGK, weights_K, valid_BG = _prepare(rewards, weights, valid)
+    total_BG = _weighted_nansum(rewards_BGK, weights_K)
+    adv_BG, zero_var_B = jax.vmap(_center)(total_BG, valid_BG)
+    return _finish(adv_BG, _aux(total_BG, zero_var_B, valid_BG))
+
+
+def rloo(
+    rewards: Array, weights: Array, *, valid: Array | None = None, cfg: AdvantageConfig
+) -> tuple[Array, Aux]:
+    """RLOO (Ahmadian et al. 2024): leave-one-out baseline over the n valid rows of the group.
+
+        A_i = r_i - 1/(n-1) sum_{j != i} r_j = n/(n-1) (r_i - mean r)      (0 when n < 2)
+    """
+    del cfg
+    rewards_BGK, weights_K, valid_BG = _prepare(rewards, weights, valid)
+    total_BG = _weighted_nansum(rewards_BGK, weights_K)
+    centered_BG, zero_var_B = jax.vmap(_center)(total_BG, valid_BG)
+    n_B1 = jnp.sum(valid_BG, axis=-1, keepdims=True).astype(jnp.float32)
+    adv_BG = centered_BG * n_B1 / jnp.maximum(n_B1 - 1.0, 1.0)
+    return _finish(adv_BG, _aux(total_BG, zero_var_B, valid_BG))
+
+
+def reinforce_pp_baseline(
+    rewards: Array, weights: Array, *, valid: Array | None = None, cfg: AdvantageConfig
+) -> tuple[Array, Aux]:
+    """REINFORCE++-baseline (Hu 2025; verl ``reinforce_plus_plus_baseline``).
+
+        A~_i = r_i - mean_group r;     A_i = (A~_i - mean_batch A~) / (std_batch A~ + batch_norm_eps)
+    """
+    rewards_BGK, weights_K, valid_BG = _prepare(rewards, weights, valid)
+    total_BG = _weighted_nansum(rewards_BGK, weights_K)
+    centered_BG, zero_var_B = jax.vmap(_center)(total_BG, valid_BG)
+    keep_BG = valid_BG & ~zero_var_B[:, None]
+    adv_BG = _batch_zscore(centered_BG, valid_BG, keep_BG, ddof=cfg.std_ddof, eps=cfg.batch_norm_eps)
+    return _finish(adv_BG, _aux(total_BG, zero_var_B, valid_BG))
+
+
+def gdpo(
+    rewards: Array, weights: Array, *, valid: Array | None = None, cfg: AdvantageConfig
+) -> tuple[Array, Aux]:
+    """GDPO (Liu et al., arXiv:2601.05242, eqs. 4-7; TRL ``normalize_then_sum``).
+
+        A_k^{(i,j)} = (r_k^{(i,j)} - mean_j r_k^{(i,.)}) / (std_j r_k^{(i,.)} + eps)     per reward, per group
+        A_sum^{(i,j)} = sum_k w_k A_k^{(i,j)}
+        A^{(i,j)} = (A_sum^{(i,j)} - mean_batch A_sum) / (std_batch A_sum + batch_norm_eps)
+    """
+    rewards_BGK, weights_K, valid_BG = _prepare(rewards, weights, valid)
+    fused_BG, zero_var_B = _per_dim_fused(rewards_BGK, weights_K, valid_BG, cfg)
+    keep_BG = valid_BG & ~zero_var_B[:, None]
+    adv_BG = _batch_zscore(fused_BG, valid_BG, keep_BG, ddof=cfg.std_ddof, eps=cfg.batch_norm_eps)
+    return _finish(adv_BG, _aux(fused_BG, zero_var_B, valid_BG))
+
+
+def per_dim(
+    rewards: Array, weights: Array, *, valid: Array | None = None, cfg: AdvantageConfig
+) -> tuple[Array, Aux]:
+    """Estimate separately, then fuse: GDPO without the batch step.
+
+        A^{(i,j)} = sum_k w_k (r_k^{(i,j)} - mean_j r_k^{(i,.)}) / (std_j r_k^{(i,.)} + eps)
+    """
+    rewards_BGK, weights_K, valid_BG = _prepare(rewards, weights, valid)
+    fused_BG, zero_var_B = _per_dim_fused(rewards_BGK, weights_K, valid_BG, cfg)
+    return _finish(fused_BG, _aux(fused_BG, zero_var_B, valid_BG))
+
+
+ESTIMATORS: dict[str, Estimator] = {
+    "grpo": grpo,
+    "grpo_batch_std": grpo_batch_std,
+    "drgrpo": drgrpo,
+    "rloo": rloo,
+    "reinforce_pp_baseline": reinforce_pp_baseline,
+    "gdpo": gdpo,
+    "per_dim": per_dim,
+}
+
+
+def compute_advantages(
+    rewards: Array, weights: Array, *, valid: Array | None = None, cfg: AdvantageConfig
+) -> tuple[Array, Aux]:
+    """Advantages [B, G] of the estimator named by ``cfg.estimator``, and its aux dict.
+
+    aux: ``scores`` [B, G] (the per-row values the group statistic saw: the weighted total, or the fused
+    per-dimension z-scores for gdpo / per_dim), ``zero_variance`` [B] bool (the group carries no signal:
+    < 2 valid rows or all scores equal), ``num_valid`` [B] int32. ``cfg`` is hashable: jit with
+    ``static_argnames="cfg"``.
+    """
+    return ESTIMATORS[cfg.estimator](rewards, weights, valid=valid, cfg=cfg)

@@ -1,0 +1,199 @@
+"""Reward-collapse, entropy and length diagnostics: pure, jittable, flat dicts with stable names.
+
+Every function returns ``{name: array}`` with "/"-separated names, float32 scalars unless stated, ready for
+JSONL / TensorBoard. Undefined statistics (no valid entries, zero variance) are reported as 0, never NaN,
+so a NaN-stopping train loop is not tripped by a diagnostic.
+
+Reward collapse (GDPO, arXiv:2601.05242): summing K rewards before the group normalisation maps distinct
+reward vectors to the same advantage. Measured here per group and summed over the batch:
+
+    collapse/ratio = sum_b D_R(b) / sum_b D_A(b)
+
+    D_R(b): number of distinct reward vectors r_{b,i} in R^K among the valid rows of group b,
+    D_A(b): number of distinct advantage values A_{b,i} among the same rows,
+
+where two rows are "the same" when every coordinate differs by at most ``tol`` (NaN equals NaN). Counting
+is first-occurrence: row i is new if no earlier valid row j < i is the same. Because the estimators are
+deterministic functions of the reward vector, D_A <= D_R, so the ratio is >= 1, and 1 means no collapse.
+Groups with no valid row contribute 0 to both sums; a batch without valid rows gives ratio 0.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+Array = jax.Array
+
+QUANTILES = (5, 25, 50, 75, 95)  # entropy percentiles reported as entropy/p{q}
+
+
+def masked_quantile(x: Array, mask: Array, q: float | Array) -> Array:
+    """Quantile(s) q in [0, 1] of x over mask, linear interpolation (``torch.quantile`` / numpy default).
+
+    Position q (n - 1) in the sorted valid values, interpolated between its two neighbours; 0 when mask is
+    empty. q may be an array, giving one quantile per entry.
+    """
+    flat = jnp.where(mask, x, jnp.inf).astype(jnp.float32).reshape(-1)
+    sorted_x = jnp.sort(flat)
+    n = jnp.sum(mask)
+    pos = jnp.asarray(q, jnp.float32) * jnp.maximum(n - 1, 0).astype(jnp.float32)
+    lo = jnp.floor(pos).astype(jnp.int32)
+    hi = jnp.minimum(lo + 1, jnp.maximum(n - 1, 0))
+    frac = pos - lo
+    value = sorted_x[lo] * (1.0 - frac) + sorted_x[hi] * frac
+    return jnp.where(n > 0, value, 0.0)
+
+
+def _masked_mean(x: Array, mask: Array) -> Array:
+    return jnp.sum(jnp.where(mask, x, 0.0)) / jnp.maximum(jnp.sum(mask), 1)
+
+
+def _num_distinct(x_GD: Array, valid_G: Array, *, tol: float) -> Array:
+    """First-occurrence count of distinct rows of x [G, D] among valid rows (NaN == NaN)."""
+    both_nan = jnp.isnan(x_GD)[:, None, :] & jnp.isnan(x_GD)[None, :, :]
+    close = (jnp.abs(x_GD[:, None, :] - x_GD[None, :, :]) <= tol) | both_nan
+    same_GG = jnp.all(close, axis=-1) & valid_G[:, None] & valid_G[None, :]
+    earlier_GG = jnp.tril(jnp.ones_like(same_GG), k=-1)  # [i, j] True for j < i
+    seen_before = jnp.any(same_GG & earlier_GG, axis=-1)
+    return jnp.sum(valid_G & ~seen_before, dtype=jnp.int32)
+
+
+def _pearson(x: Array, y: Array, mask: Array) -> Array:
+    """Pearson correlation over mask; 0 when fewer than 2 entries or either variance is 0."""
+    mx, my = _masked_mean(x, mask), _masked_mean(y, mask)
+    dx, dy = jnp.where(mask, x - mx, 0.0), jnp.where(mask, y - my, 0.0)
+    sxx, syy, sxy = jnp.sum(dx * dx), jnp.sum(dy * dy), jnp.sum(dx * dy)
+    ok = (sxx > 0) & (syy > 0)
+    return jnp.where(ok, sxy / jnp.sqrt(jnp.where(ok, sxx * syy, 1.0)), 0.0)
+
+
+def _group_stats(r_G: Array, mask_G: Array) -> tuple[Array, Array, Array]:
+    """Mean, population variance (ddof=0) and zero-variance flag (< 2 entries or all equal) of one group."""
+    n = jnp.sum(mask_G)
+    mean = _masked_mean(r_G, mask_G)
+    var = jnp.sum(jnp.where(mask_G, (r_G - mean) ** 2, 0.0)) / jnp.maximum(n, 1)
+    spread = jnp.max(jnp.where(mask_G, r_G, -jnp.inf)) - jnp.min(jnp.where(mask_G, r_G, jnp.inf))
+    return mean, var, (n < 2) | (spread == 0.0)
+
+
+def reward_diagnostics(
+    rewards: Array, weights: Array, advantages: Array, *, valid: Array | None = None, tol: float = 1e-6
+) -> dict[str, Array]:
+    """Per-dimension reward statistics, zero-variance fractions, reward/advantage correlation, collapse.
+
+    Args: rewards [B, G, K] (NaN = missing), weights [K], advantages [B, G], valid [B, G] (default all).
+    Returns:
+      reward/group_mean [B, K], reward/group_var [B, K]: per group and dimension, over valid non-NaN rows,
+        variance with ddof=0 (0 for empty groups);
+      reward/mean [K]: over all valid non-NaN rows;
+      reward/zero_var_frac: fraction of non-empty groups whose weighted total sum_k w_k r_k (NaN skipped)
+        is constant, i.e. groups GRPO learns nothing from; reward/zero_var_frac_per_dim [K]: the same per
+        dimension (over groups where that dimension has a valid entry). < 2 entries counts as constant;
+      reward/adv_corr [K]: Pearson correlation of r_k with A over valid non-NaN rows of the whole batch;
+      adv/distinct_per_group [B] int32, reward/distinct_vectors_per_group [B] int32: D_A(b), D_R(b);
+      collapse/distinct_rewards, collapse/distinct_advantages (int32), collapse/ratio: see module doc.
+    """
+    rewards_BGK = jnp.asarray(rewards, jnp.float32)
+    weights_K = jnp.asarray(weights, jnp.float32)
+    adv_BG = jnp.asarray(advantages, jnp.float32)
+    valid_BG = jnp.ones(adv_BG.shape, bool) if valid is None else jnp.asarray(valid, bool)
+    mask_BGK = valid_BG[..., None] & ~jnp.isnan(rewards_BGK)
+
+    per_dim = jax.vmap(jax.vmap(_group_stats, in_axes=(1, 1)))  # over B, then K
+    mean_BK, var_BK, const_BK = per_dim(rewards_BGK, mask_BGK)
+    present_BK = jnp.any(mask_BGK, axis=1)
+    total_BG = jnp.sum(jnp.where(jnp.isnan(rewards_BGK), 0.0, rewards_BGK * weights_K), axis=-1)
+    _, _, const_total_B = jax.vmap(_group_stats)(total_BG, valid_BG)
+    nonempty_B = jnp.any(valid_BG, axis=-1)
+
+    corr_K = jax.vmap(_pearson, in_axes=(2, None, 2))(rewards_BGK, adv_BG, mask_BGK)
+    distinct_adv_B = jax.vmap(lambda a, v: _num_distinct(a[:, None], v, tol=tol))(adv_BG, valid_BG)
+    distinct_rew_B = jax.vmap(lambda r, v: _num_distinct(r, v, tol=tol))(rewards_BGK, valid_BG)
+    total_rew, total_adv = jnp.sum(distinct_rew_B), jnp.sum(distinct_adv_B)
+    ratio = jnp.where(total_adv > 0, total_rew / jnp.maximum(total_adv, 1), 0.0).astype(jnp.float32)
+    return {
+        "reward/group_mean": mean_BK,
+        "reward/group_var": var_BK,
+        "reward/mean": jax.vmap(_masked_mean, in_axes=(2, 2))(rewards_BGK, mask_BGK),
+        "reward/zero_var_frac": _masked_mean(const_total_B.astype(jnp.float32), nonempty_B),
+        "reward/zero_var_frac_per_dim": jax.vmap(_masked_mean, in_axes=(1, 1))(
+            const_BK.astype(jnp.float32), present_BK
+        ),
+        "reward/adv_corr": corr_K,
+        "adv/distinct_per_group": distinct_adv_B,
+        "reward/distinct_vectors_per_group": distinct_rew_B,
+        "collapse/distinct_rewards": total_rew,
+        "collapse/distinct_advantages": total_adv,
+        "collapse/ratio": ratio,
+    }
+
+
+def bimodality_coefficient(x: Array, mask: Array) -> Array:
+    """Sarle's bimodality coefficient of x over mask, with the bias-corrected sample moments:
+
+        G1 = g1 sqrt(n(n-1)) / (n-2),          g1 = m3 / m2^{3/2}
+        G2 = (n-1) / ((n-2)(n-3)) ((n+1) g2 + 6),   g2 = m4 / m2^2 - 3
+        BC = (G1^2 + 1) / (G2 + 3 (n-1)^2 / ((n-2)(n-3)))
+
+    BC > 5/9 (the value of a uniform distribution) suggests bimodality. 0 when n < 4 or m2 = 0.
+    """
+    n = jnp.sum(mask).astype(jnp.float32)
+    d = jnp.where(mask, x - _masked_mean(x, mask), 0.0)
+    m2, m3, m4 = (jnp.sum(d**p) / jnp.maximum(n, 1.0) for p in (2, 3, 4))
+    ok = (n >= 4) & (m2 > 0)
+    n_, m2_ = jnp.where(ok, n, 4.0), jnp.where(ok, m2, 1.0)
+    g1, g2 = m3 / m2_**1.5, m4 / m2_**2 - 3.0
+    skew = g1 * jnp.sqrt(n_ * (n_ - 1)) / (n_ - 2)
+    kurt = (n_ - 1) / ((n_ - 2) * (n_ - 3)) * ((n_ + 1) * g2 + 6)
+    bc = (skew**2 + 1) / (kurt + 3 * (n_ - 1) ** 2 / ((n_ - 2) * (n_ - 3)))
+    return jnp.where(ok, bc, 0.0)
+
+
+def entropy_diagnostics(
+    entropies: Array, mask: Array, *, num_bins: int = 20, hist_max: float = 4.0, near_zero: float = 1e-2
+) -> dict[str, Array]:
+    """Token-entropy statistics over mask (entropies [N, T] in nats, mask [N, T]).
+
+    Returns entropy/mean, entropy/p5 .. entropy/p95 (linear-interpolated percentiles), entropy/hist
+    [num_bins] (fraction of tokens per bin of width hist_max / num_bins on [0, hist_max); the last bin
+    also holds everything >= hist_max), entropy/hist_edges [num_bins + 1], entropy/bimodality (Sarle's
+    coefficient), entropy/near_zero_frac (fraction with H < near_zero; 0.01 as in "Beyond the 80/20
+    rule"), entropy/num_tokens (int32).
+    """
+    ent = jax.lax.stop_gradient(jnp.asarray(entropies, jnp.float32))
+    m = jnp.asarray(mask, bool)
+    n = jnp.sum(m)
+    pct = masked_quantile(ent, m, jnp.asarray(QUANTILES, jnp.float32) / 100.0)
+    width = hist_max / num_bins
+    bin_idx = jnp.clip(jnp.floor(ent / width).astype(jnp.int32), 0, num_bins - 1)
+    counts = jnp.zeros(num_bins, jnp.float32).at[bin_idx.reshape(-1)].add(m.reshape(-1).astype(jnp.float32))
+    out = {"entropy/mean": _masked_mean(ent, m)}
+    out.update({f"entropy/p{q}": pct[i] for i, q in enumerate(QUANTILES)})
+    out.update({
+        "entropy/hist": counts / jnp.maximum(n, 1),
+        "entropy/hist_edges": jnp.linspace(0.0, hist_max, num_bins + 1, dtype=jnp.float32),
+        "entropy/bimodality": bimodality_coefficient(ent, m),
+        "entropy/near_zero_frac": _masked_mean((ent < near_zero).astype(jnp.float32), m),
+        "entropy/num_tokens": n.astype(jnp.int32),
+    })
+    return out
+
+
+def length_diagnostics(lengths: Array, truncated: Array, *, valid: Array | None = None) -> dict[str, Array]:
+    """Completion-length statistics (lengths [N] in tokens, truncated [N] bool: hit the length limit).
+
+    Returns length/mean, length/min, length/max, length/truncated_frac and length/terminated_mean (mean
+    over completions that ended with EOS), all over valid rows; 0 where no row qualifies.
+    """
+    lengths_f = jnp.asarray(lengths, jnp.float32)
+    trunc = jnp.asarray(truncated, bool)
+    v = jnp.ones(lengths_f.shape, bool) if valid is None else jnp.asarray(valid, bool)
+    any_valid = jnp.any(v)
+    return {
+        "length/mean": _masked_mean(lengths_f, v),
+        "length/min": jnp.where(any_valid, jnp.min(jnp.where(v, lengths_f, jnp.inf)), 0.0),
+        "length/max": jnp.where(any_valid, jnp.max(jnp.where(v, lengths_f, -jnp.inf)), 0.0),
+        "length/truncated_frac": _masked_mean(trunc.astype(jnp.float32), v),
+        "length/terminated_mean": _masked_mean(lengths_f, v & ~trunc),
+    }
