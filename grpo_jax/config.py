@@ -1,0 +1,351 @@
+"""Frozen, validated configs: the GRPO maths (advantage estimation, the policy loss) and the run.
+
+Every field is checked in ``__post_init__``; an invalid value raises ``ValueError`` naming the field.
+The estimator and loss names listed here are the keys of the registries in ``grpo_jax.advantages`` and
+``grpo_jax.losses`` (a test keeps them in sync); this module imports nothing from the package.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import json
+import typing
+
+ADVANTAGE_ESTIMATORS = (
+    "grpo",  # weighted sum over K, then group z-score (DeepSeekMath; TRL sum_then_normalize)
+    "grpo_batch_std",  # group mean, batch std (TRL scale_rewards="batch")
+    "drgrpo",  # group mean only, no std (Dr. GRPO)
+    "rloo",  # leave-one-out baseline, G/(G-1) (R - mean)
+    "reinforce_pp_baseline",  # group mean, then batch whitening (REINFORCE++-baseline)
+    "gdpo",  # per-dimension group z-score, weighted sum, batch z-score (GDPO)
+    "per_dim",  # per-dimension group z-score, weighted sum, no batch step
+)
+POLICY_LOSSES = ("ppo", "vanilla", "gspo", "gspo_token", "clip_cov", "kl_cov")
+AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
+KL_ESTIMATORS = ("k1", "k2", "k3")
+
+# Clip ranges used when eps_low / eps_high are left as None.
+_PPO_EPS = (0.2, 0.2)  # PPO / GRPO / verl clip_ratio default
+_GSPO_EPS = (3e-4, 4e-4)  # GSPO paper v2 §5.1
+
+
+def _fail(cls: str, field: str, msg: str) -> None:
+    raise ValueError(f"{cls}.{field}: {msg}")
+
+
+def _check_choice(cls: str, field: str, value: str, known: tuple[str, ...]) -> None:
+    if value not in known:
+        _fail(cls, field, f"unknown value {value!r}; known: {', '.join(known)}")
+
+
+@dataclasses.dataclass(frozen=True)
+class AdvantageConfig:
+    """How rewards R[B, G, K] and weights w[K] become advantages A[B, G]."""
+
+    estimator: str = "grpo"  # one of ADVANTAGE_ESTIMATORS
+    std_ddof: int = 1  # 1 = Bessel-corrected std as torch.std in TRL, verl, tunix GRPO; 0 = population std
+    eps: float = 1e-6  # added to the group std: 1e-6 matches verl compute_grpo_outcome_advantage and tunix
+    batch_norm_eps: float = 1e-4  # added to the batch std (gdpo, rpp baseline, grpo_batch_std): TRL, NVlabs GDPO
+
+    def __post_init__(self) -> None:
+        name = type(self).__name__
+        _check_choice(name, "estimator", self.estimator, ADVANTAGE_ESTIMATORS)
+        if self.std_ddof not in (0, 1):
+            _fail(name, "std_ddof", f"must be 0 or 1, got {self.std_ddof!r}")
+        if not self.eps >= 0.0:
+            _fail(name, "eps", f"must be >= 0, got {self.eps!r}")
+        if not self.batch_norm_eps >= 0.0:
+            _fail(name, "batch_norm_eps", f"must be >= 0, got {self.batch_norm_eps!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class LossConfig:
+    """Per-token policy loss, KL to the reference and the aggregation into (numerator, denominator).
+
+    eps_low / eps_high = None are resolved in ``__post_init__`` from policy_loss; ``dataclasses.replace``
+    then keeps the resolved numbers, so pass eps_low=None, eps_high=None again when switching loss family.
+    """
+
+    policy_loss: str = "ppo"  # one of POLICY_LOSSES ("vanilla" is verl's name for "ppo")
+    eps_low: float | None = None  # lower clip 1-eps_low; None -> 0.2, or 3e-4 for gspo / gspo_token
+    eps_high: float | None = None  # upper clip 1+eps_high; None -> 0.2 (4e-4 for gspo); DAPO clip-higher 0.28
+    dual_clip_c: float | None = None  # dual-clip bound for A<0 (loss <= -c*A); None = off, verl uses 3.0
+    log_ratio_clamp: float = 20.0  # |log ratio| clamp before exp, as verl (also the k3 log-ratio clamp)
+    agg_mode: str = "seq-mean-token-mean"  # one of AGG_MODES; GRPO paper default
+    max_len_norm: int | None = None  # L of seq-mean-token-sum-norm (max completion length); required there
+    kl_estimator: str = "k3"  # one of KL_ESTIMATORS (Schulman); k3 as GRPO paper
+    kl_clamp: float = 10.0  # k3 value clamp to [-kl_clamp, kl_clamp], as verl low_var_kl
+    beta: float = 0.0  # KL coefficient in the loss; 0 = no KL term (DAPO, Dr. GRPO)
+    clip_cov_ratio: float = 2e-4  # Clip-Cov: fraction r of valid tokens whose gradient is detached
+    clip_cov_lb: float = 1.0  # Clip-Cov: lower covariance bound omega_low
+    clip_cov_ub: float = 5.0  # Clip-Cov: upper covariance bound omega_high
+    kl_cov_ratio: float = 2e-4  # KL-Cov: fraction k of valid tokens (top covariance) that get the KL penalty
+    kl_cov_coef: float = 1.0  # KL-Cov: coefficient of |log ratio| on the selected tokens (verl ppo_kl_coef)
+    top_entropy_quantile: float = 1.0  # fraction rho of highest-entropy tokens trained on (as TRL); 1.0 = all
+
+    def __post_init__(self) -> None:
+        name = type(self).__name__
+        _check_choice(name, "policy_loss", self.policy_loss, POLICY_LOSSES)
+        _check_choice(name, "agg_mode", self.agg_mode, AGG_MODES)
+        _check_choice(name, "kl_estimator", self.kl_estimator, KL_ESTIMATORS)
+        default_low, default_high = _GSPO_EPS if self.policy_loss.startswith("gspo") else _PPO_EPS
+        if self.eps_low is None:
+            object.__setattr__(self, "eps_low", default_low)
+        if self.eps_high is None:
+            object.__setattr__(self, "eps_high", default_high)
+        if not 0.0 <= self.eps_low < 1.0:
+            _fail(name, "eps_low", f"must be in [0, 1), got {self.eps_low!r}")
+        if not self.eps_high >= 0.0:
+            _fail(name, "eps_high", f"must be >= 0, got {self.eps_high!r}")
+        if self.dual_clip_c is not None and not self.dual_clip_c > 1.0:
+            _fail(name, "dual_clip_c", f"must be None or > 1, got {self.dual_clip_c!r}")
+        if not self.log_ratio_clamp > 0.0:
+            _fail(name, "log_ratio_clamp", f"must be > 0, got {self.log_ratio_clamp!r}")
+        if self.agg_mode == "seq-mean-token-sum-norm":
+            if not isinstance(self.max_len_norm, int) or self.max_len_norm <= 0:
+                msg = f"must be a positive int for agg_mode={self.agg_mode!r}, got {self.max_len_norm!r}"
+                _fail(name, "max_len_norm", msg)
+        if not self.kl_clamp > 0.0:
+            _fail(name, "kl_clamp", f"must be > 0, got {self.kl_clamp!r}")
+        if not self.beta >= 0.0:
+            _fail(name, "beta", f"must be >= 0, got {self.beta!r}")
+        for field in ("clip_cov_ratio", "kl_cov_ratio"):
+            if not 0.0 < getattr(self, field) <= 1.0:
+                _fail(name, field, f"must be in (0, 1], got {getattr(self, field)!r}")
+        if not self.clip_cov_lb < self.clip_cov_ub:
+            _fail(name, "clip_cov_ub", f"must be > clip_cov_lb={self.clip_cov_lb!r}, got {self.clip_cov_ub!r}")
+        if not self.kl_cov_coef >= 0.0:
+            _fail(name, "kl_cov_coef", f"must be >= 0, got {self.kl_cov_coef!r}")
+        if not 0.0 < self.top_entropy_quantile <= 1.0:
+            _fail(name, "top_entropy_quantile", f"must be in (0, 1], got {self.top_entropy_quantile!r}")
+
+
+# --------------------------------------------------------------------------------------------------
+# The run: one dataclass per concern, nested in TrainConfig. `override(cfg, ["loss.eps_high=0.28"])`
+# is the CLI syntax every experiment shares (`--set loss.eps_high=0.28`).
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelSpec:
+    """Which model: a preset from models.config (random init), or a local Hugging Face folder."""
+
+    preset: str = "tiny"  # models.PRESETS key; ignored when hf_path is set
+    hf_path: str = ""  # local HF checkpoint folder (Llama / Qwen2 / Qwen2-VL); "" = preset
+    d_model: int = 0  # overrides of the preset's shape; 0 = keep the preset's value
+    n_layers: int = 0
+    n_heads: int = 0
+    n_kv_heads: int = 0
+    head_dim: int = 0
+    mlp_dim: int = 0
+    param_dtype: str = "float32"  # storage dtype of the policy weights
+    dtype: str = "float32"  # matmul dtype; logits/softmax/logprobs always float32
+
+    def __post_init__(self):
+        for f in ("d_model", "n_layers", "n_heads", "n_kv_heads", "head_dim", "mlp_dim"):
+            if getattr(self, f) < 0:
+                _fail("ModelSpec", f, f"must be >= 0 (0 = preset), got {getattr(self, f)!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskConfig:
+    """The verifiable task and its data."""
+
+    name: str = "arithmetic"  # grpo_jax.tasks.TASKS key (supplies tokenizer, rewards, solutions)
+    options: tuple = ()  # task options as (key, value) pairs, e.g. (("digits", 3),)
+    train_path: str = ""  # JSONL of training rows; "" = generate `n_train` rows from the task
+    n_train: int = 20_000  # generated training rows
+    n_eval: int = 500  # held-out rows (the task's "heldout" split, never trained on)
+
+    def __post_init__(self):
+        if self.n_train < 1 or self.n_eval < 0:
+            _fail("TaskConfig", "n_train", f"need n_train >= 1 and n_eval >= 0, got {self.n_train}, {self.n_eval}")
+
+
+@dataclasses.dataclass(frozen=True)
+class SamplingConfig:
+    """Rollout settings."""
+
+    group_size: int = 8  # G completions per prompt
+    max_new_tokens: int = 16  # T
+    temperature: float = 1.0  # sampling temperature; trainer logprobs use the same temperature
+    top_k: int = 0  # 0 = off
+    top_p: float = 1.0  # 1 = off
+    old_logp_source: str = "sampler"  # "sampler": logprobs from the rollout; "recompute": a trainer forward
+
+    def __post_init__(self):
+        if self.group_size < 1:
+            _fail("SamplingConfig", "group_size", f"must be >= 1, got {self.group_size}")
+        if self.max_new_tokens < 1:
+            _fail("SamplingConfig", "max_new_tokens", f"must be >= 1, got {self.max_new_tokens}")
+        if not self.temperature > 0:
+            _fail("SamplingConfig", "temperature", f"must be > 0 for training rollouts, got {self.temperature}")
+        _check_choice("SamplingConfig", "old_logp_source", self.old_logp_source, ("sampler", "recompute"))
+        if self.old_logp_source == "sampler" and (self.top_k or self.top_p < 1):
+            _fail("SamplingConfig", "old_logp_source",
+                  "top-k/top-p change the sampled distribution; use 'recompute' so ratios compare like with like")
+
+
+@dataclasses.dataclass(frozen=True)
+class RewardsConfig:
+    """Reward dimensions; empty specs = the task's defaults."""
+
+    specs: tuple = ()  # tuple of {"name", "weight", "kwargs"} dicts (grpo_jax.rewards.RewardSpec fields)
+    weights_file: str = ""  # JSON {dimension: weight}, re-read when it changes (hot reload)
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimConfig:
+    """AdamW with warm-up + constant or cosine schedule and global-norm clipping."""
+
+    lr: float = 1e-4
+    schedule: str = "constant"  # "constant" | "cosine" (decays to lr * final_lr_frac at the last step)
+    warmup_steps: int = 0
+    final_lr_frac: float = 0.1
+    b1: float = 0.9
+    b2: float = 0.999
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0  # 0 = no clipping
+
+    def __post_init__(self):
+        if not self.lr > 0:
+            _fail("OptimConfig", "lr", f"must be > 0, got {self.lr}")
+        _check_choice("OptimConfig", "schedule", self.schedule, ("constant", "cosine"))
+        if self.warmup_steps < 0 or self.max_grad_norm < 0:
+            _fail("OptimConfig", "warmup_steps", "warmup_steps and max_grad_norm must be >= 0")
+
+
+@dataclasses.dataclass(frozen=True)
+class MeshConfig:
+    """Device mesh (see grpo_jax.sharding)."""
+
+    data: int = -1  # -1 = all devices left after fsdp * tensor
+    fsdp: int = 1
+    tensor: int = 1
+    coordinator: str = ""  # "host:port" for jax.distributed (multi-process); "" = single process
+    num_processes: int = 1
+    process_id: int = -1  # -1: from the environment / cluster auto-detection
+
+    def __post_init__(self):
+        for f in ("fsdp", "tensor", "num_processes"):
+            if getattr(self, f) < 1:
+                _fail("MeshConfig", f, f"must be >= 1, got {getattr(self, f)}")
+        if self.data == 0 or self.data < -1:
+            _fail("MeshConfig", "data", f"must be -1 (auto) or >= 1, got {self.data}")
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckpointConfig:
+    every: int = 50  # save every N steps (and at the end); 0 = only at the end
+    keep_last: int = 3
+    keep_best: int = 1  # also keep the best N by `best_metric`
+    best_metric: str = "eval/accuracy"
+
+
+@dataclasses.dataclass(frozen=True)
+class LoggingConfig:
+    eval_every: int = 50  # held-out greedy evaluation every N steps (and at the end); 0 = only at the end
+    samples_per_step: int = 2  # completions written to samples.jsonl per step
+    tensorboard: bool = True
+    progress: bool = True
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    """A whole GRPO run."""
+
+    seed: int = 0  # every key is fold_in(key(seed), ...) of this
+    steps: int = 100  # GRPO steps (one rollout each)
+    prompts_per_step: int = 32  # B
+    mu: int = 1  # inner epochs over each rollout
+    minibatches: int = 1  # optimizer updates per epoch
+    microbatches: int = 1  # gradient accumulation splits of each minibatch
+    entropy_coef: float = 0.0  # entropy bonus coefficient (loss -= coef * H)
+    ref_reset_every: int = 0  # copy the policy into the reference every N steps (R1: 400); 0 = never
+    model: ModelSpec = ModelSpec()
+    task: TaskConfig = TaskConfig()
+    sampling: SamplingConfig = SamplingConfig()
+    rewards: RewardsConfig = RewardsConfig()
+    advantage: AdvantageConfig = AdvantageConfig()
+    loss: LossConfig = LossConfig()
+    optim: OptimConfig = OptimConfig()
+    mesh: MeshConfig = MeshConfig()
+    checkpoint: CheckpointConfig = CheckpointConfig()
+    logging: LoggingConfig = LoggingConfig()
+
+    def __post_init__(self):
+        for f in ("steps", "prompts_per_step", "mu", "minibatches", "microbatches"):
+            if getattr(self, f) < 1:
+                _fail("TrainConfig", f, f"must be >= 1, got {getattr(self, f)}")
+        rows = self.prompts_per_step * self.sampling.group_size
+        if rows % (self.minibatches * self.microbatches):
+            _fail("TrainConfig", "minibatches",
+                  f"prompts_per_step * group_size = {rows} must split into minibatches * microbatches = "
+                  f"{self.minibatches * self.microbatches}")
+
+
+# Fields whose change makes resuming a checkpoint unsafe (shapes or the meaning of the optimizer state).
+RESUME_CRITICAL = (
+    "model.preset", "model.hf_path", "model.d_model", "model.n_layers", "model.n_heads", "model.n_kv_heads",
+    "model.head_dim", "model.mlp_dim", "model.param_dtype", "sampling.group_size", "advantage.estimator",
+    "task.name", "task.options", "prompts_per_step",
+)
+
+
+def to_dict(cfg) -> dict:
+    """A JSON-able dict of a (nested) config dataclass."""
+    return json.loads(json.dumps(dataclasses.asdict(cfg), default=list))
+
+
+def from_dict(cls, d: dict):
+    """Rebuild a (nested) config dataclass from `to_dict` output; unknown keys are an error naming them."""
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = set(d) - names
+    if unknown:
+        raise ValueError(f"{cls.__name__}: unknown fields {sorted(unknown)}; known: {sorted(names)}")
+    kwargs = {}
+    for k, v in d.items():
+        t = hints[k]
+        if dataclasses.is_dataclass(t) and isinstance(v, dict):
+            v = from_dict(t, v)
+        elif isinstance(v, list):
+            v = _freeze(v)
+        kwargs[k] = v
+    return cls(**kwargs)
+
+
+def _freeze(v):
+    if isinstance(v, list):
+        return tuple(_freeze(x) for x in v)
+    if isinstance(v, dict):
+        return {k: _freeze(x) for k, x in v.items()}
+    return v
+
+
+def _parse_value(text: str):
+    for parse in (json.loads, ast.literal_eval):
+        try:
+            return parse(text)
+        except (ValueError, SyntaxError):
+            pass
+    return text
+
+
+def override(cfg, assignments) -> typing.Any:
+    """Apply "a.b.c=value" assignments (values parsed as JSON, then Python literals, else strings)."""
+    d = to_dict(cfg)
+    for item in assignments:
+        if "=" not in item:
+            raise ValueError(f"override {item!r} is not of the form key.path=value")
+        path, text = item.split("=", 1)
+        node, keys = d, path.strip().split(".")
+        for k in keys[:-1]:
+            if not isinstance(node.get(k), dict):
+                raise ValueError(f"override {path!r}: {k!r} is not a config section")
+            node = node[k]
+        if keys[-1] not in node:
+            raise ValueError(f"override {path!r}: no field {keys[-1]!r}; known: {sorted(node)}")
+        node[keys[-1]] = _parse_value(text)
+    return from_dict(type(cfg), d)
