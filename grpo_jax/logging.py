@@ -1,0 +1,415 @@
+"""A run's outputs: JSONL streams, TensorBoard scalars, a progress bar, PNG plots and the end-of-run report.
+
+Layout of ``out_dir`` (every JSONL row carries ``"step"``; keys sorted; one row per line):
+
+    metrics.jsonl   deterministic per-step values only: same config + seed => byte-identical file
+    timings.jsonl   wall-clock values, kept apart so they cannot break the above
+    samples.jsonl   a few completions per step, one row per sample
+    events.jsonl    pause, rollback, weight changes, warnings, resume ... (never truncated)
+    tb/             TensorBoard event files (scalars of metrics and timings)
+    plots/*.png     ``plot_run``;  report.md / report.json: ``write_report``
+
+Floats are written as Python floats; NaN and +-inf as the strings "nan", "inf", "-inf" so every line is
+valid JSON. ``read_jsonl`` turns those strings back into floats (top-level values only: text nested in a
+row is left alone) and skips a torn final line, the most a ``kill -9`` can leave behind.
+
+Resuming after step k (``resume_step=k``) drops the rows with step > k from the three step files (atomic
+rewrite) so the resumed stream equals an uninterrupted one, appends a "resume" event, and tells TensorBoard
+to discard its scalars from step k + 1 on (a purge event; old event files are kept).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import os
+import tempfile
+import time
+import urllib.parse
+from typing import IO, Any, Callable, Iterable
+
+import numpy as np
+from tensorboardX import FileWriter
+from tensorboardX.proto.event_pb2 import Event, SessionLog
+from tensorboardX.proto.summary_pb2 import Summary
+from tqdm import tqdm
+
+Row = dict[str, Any]
+
+STEP_FILES = ("metrics", "timings", "samples")  # rows with step > resume_step are dropped on resume
+# Live figures in the progress bar: metric name -> short label.
+PROGRESS_KEYS = {
+    "reward/total": "reward",
+    "entropy/mean": "entropy",
+    "accuracy": "acc",
+    "eval/accuracy": "eval_acc",
+    "length/mean": "len",
+    "kl": "kl",
+}
+_NON_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
+
+
+class RunLogger:
+    """Writes one run's JSONL streams, TensorBoard scalars and progress bar; see the module docstring.
+
+    A fresh logger (``resume_step=None``) refuses an ``out_dir`` whose step files already hold rows, so a
+    second run never interleaves with or silently replaces the first; ``resume_step=0`` restarts from
+    scratch there, keeping events.jsonl and the old TensorBoard files.
+    """
+
+    def __init__(self, out_dir: str, *, total_steps: int | None = None, tensorboard: bool = True,
+                 progress: bool = True, resume_step: int | None = None):
+        self.out_dir = out_dir
+        os.makedirs(out_dir, exist_ok=True)
+        dropped = _prepare_files(out_dir, resume_step)
+        self._files = {name: open(self.path(name), "a", encoding="utf-8", newline="\n")
+                       for name in (*STEP_FILES, "events")}
+        self._tb = _open_tensorboard(os.path.join(out_dir, "tb"), resume_step) if tensorboard else None
+        self._bar = (tqdm(total=total_steps, initial=resume_step or 0, unit="step", dynamic_ncols=True)
+                     if progress else None)
+        if resume_step is not None:
+            self.event(resume_step, "resume", dropped_rows=dropped)
+
+    def path(self, name: str) -> str:
+        """Path of one JSONL stream: "metrics", "timings", "samples" or "events"."""
+        return os.path.join(self.out_dir, f"{name}.jsonl")
+
+    def log(self, step: int, metrics: dict[str, float | int], *,
+            timings: dict[str, float] | None = None) -> None:
+        """One metrics row (and one timings row when given), their TensorBoard scalars, the progress bar."""
+        if "step" in metrics or (timings and "step" in timings):
+            raise ValueError("log: 'step' is reserved for the step number, not a metric name")
+        step = int(step)
+        metrics = {k: _native(v) for k, v in metrics.items()}
+        timings = {k: _native(v) for k, v in (timings or {}).items()}
+        self._write("metrics", [{"step": step, **metrics}])
+        if timings:
+            self._write("timings", [{"step": step, **timings}])
+        self._add_scalars(step, {**metrics, **timings})
+        self._update_bar(step, metrics)
+
+    def log_samples(self, step: int, samples: list[dict]) -> None:
+        """A few completions of this step, one row each (e.g. prompt, completion, rewards)."""
+        self._write("samples", [{"step": int(step), **sample} for sample in samples])
+
+    def event(self, step: int, kind: str, **info: Any) -> None:
+        """Something that happened once: pause, rollback, branch, weight change, warning, resume, ..."""
+        self._write("events", [{"wall_time": time.time(), **info, "step": int(step), "kind": kind}])
+
+    def close(self) -> None:
+        """Flushes and closes everything; safe to call twice."""
+        for f in self._files.values():
+            f.close()
+        if self._tb is not None:
+            self._tb.close()
+            self._tb = None
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+
+    def __enter__(self) -> RunLogger:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _write(self, name: str, rows: list[Row]) -> None:
+        f = self._files[name]
+        f.write("".join(_dumps(row) + "\n" for row in rows))
+        f.flush()  # a kill -9 then loses at most the line being written
+
+    def _add_scalars(self, step: int, values: Row) -> None:
+        if self._tb is None:
+            return
+        scalars = [Summary.Value(tag=k, simple_value=float(v)) for k, v in values.items() if _is_number(v)]
+        self._tb.add_summary(Summary(value=scalars), global_step=step)
+
+    def _update_bar(self, step: int, metrics: Row) -> None:
+        if self._bar is None:
+            return
+        shown = {label: f"{metrics[k]:.3g}" for k, label in PROGRESS_KEYS.items()
+                 if _is_number(metrics.get(k))}
+        self._bar.update(step - self._bar.n)
+        self._bar.set_postfix(shown)
+
+
+def read_jsonl(path: str) -> list[Row]:
+    """Rows of a JSONL file; a torn final line is skipped, "nan"/"inf"/"-inf" values become floats."""
+    return [{k: _NON_FINITE.get(v, v) if isinstance(v, str) else v for k, v in row.items()}
+            for _, row in _parse_lines(path)]
+
+
+def plot_run(rows: list[Row], out_dir: str) -> list[str]:
+    """PNG plots of a run's metrics rows in ``out_dir/plots``; a plot whose metrics are absent is skipped.
+
+    rewards (reward/<dim>/mean with a +-reward/<dim>/std band, reward/total), entropy (entropy/mean with
+    p5-p95 and darker p25-p75 bands), groups (groups/reward_var_mean, groups/zero_var_frac on a twin axis),
+    lengths (length/mean, min-max band, length/truncated_frac), format (format_rate), eval_accuracy
+    (eval/accuracy, logged every few steps), optim (kl, clip_frac_low, clip_frac_high, grad_norm, lr).
+    """
+    from matplotlib.figure import Figure  # imported here: only the end of a run needs matplotlib
+
+    plot_dir = os.path.join(out_dir, "plots")
+    os.makedirs(plot_dir, exist_ok=True)
+    paths = []
+    for name, draw in _PLOTS:
+        fig = Figure(figsize=(7, 4), layout="constrained")
+        if draw(fig, rows):
+            path = os.path.join(plot_dir, f"{name}.png")
+            _atomic_write(path, functools.partial(fig.savefig, format="png", dpi=100))
+            paths.append(path)
+    return paths
+
+
+def write_report(out_dir: str, summary: dict, *, title: str, sections: Iterable[tuple[str, str]] = (),
+                 plots: Iterable[str] = ()) -> tuple[str, str]:
+    """report.md (title, table of the summary's scalars, sections, plots) and report.json (the summary)."""
+    os.makedirs(out_dir, exist_ok=True)
+    lines = [f"# {title}", ""]
+    table = _flatten(_plain(summary))
+    if table:
+        lines += ["| metric | value |", "| --- | --- |"]
+        lines += [f"| {_cell(k)} | {_cell(_fmt(v))} |" for k, v in table.items()] + [""]
+    for heading, body in sections:
+        lines += [f"## {heading}", "", body.strip(), ""]
+    if plots:
+        lines += ["## Plots", ""]
+        lines += [_image(p, out_dir) + "\n" for p in plots]
+    md_path, json_path = os.path.join(out_dir, "report.md"), os.path.join(out_dir, "report.json")
+    _atomic_write(md_path, _text("\n".join(lines).rstrip() + "\n"))
+    _atomic_write(json_path, _text(json.dumps(_plain(summary), sort_keys=True, indent=2) + "\n"))
+    return md_path, json_path
+
+
+# ---- JSONL files ----------------------------------------------------------------------------------------
+
+
+def _native(v: Any) -> Any:
+    """numpy / jax scalars and arrays -> Python numbers and lists."""
+    return v.tolist() if hasattr(v, "tolist") else v
+
+
+def _plain(v: Any) -> Any:
+    """A JSON-safe copy: Python scalars, lists and str-keyed dicts; non-finite floats as strings."""
+    v = _native(v)
+    if isinstance(v, dict):
+        return {str(k): _plain(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    if isinstance(v, float) and not math.isfinite(v):
+        return "nan" if math.isnan(v) else ("inf" if v > 0 else "-inf")
+    if v is None or isinstance(v, (bool, int, float, str)):
+        return v
+    return str(v)
+
+
+def _dumps(row: Row) -> str:
+    # ensure_ascii: every line is ASCII, so a torn write never splits a multi-byte character.
+    return json.dumps(_plain(row), sort_keys=True, allow_nan=False, ensure_ascii=True)
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _parse_lines(path: str) -> list[tuple[str, Row]]:
+    """(line, row) pairs; a torn final line (no newline, invalid JSON) is dropped, other bad lines raise."""
+    with open(path, encoding="utf-8") as f:
+        lines = f.read().splitlines(keepends=True)
+    parsed = []
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            parsed.append((line, json.loads(line)))
+        except json.JSONDecodeError as e:
+            if i == len(lines) - 1 and not line.endswith("\n"):
+                break  # the line being written when the process died
+            raise ValueError(f"{path}:{i + 1}: invalid JSON ({e.msg})") from None
+    return parsed
+
+
+def _keep_rows(path: str, keep: Callable[[Row], bool]) -> int:
+    """Rewrites ``path`` atomically with the rows ``keep`` accepts, minus any torn tail; returns # dropped."""
+    if not os.path.exists(path):
+        return 0
+    parsed = _parse_lines(path)
+    kept = [line if line.endswith("\n") else line + "\n" for line, row in parsed if keep(row)]
+    with open(path, encoding="utf-8") as f:
+        unchanged = f.read() == "".join(kept)
+    if not unchanged:
+        _atomic_write(path, _text("".join(kept)))
+    return len(parsed) - len(kept)
+
+
+def _prepare_files(out_dir: str, resume_step: int | None) -> dict[str, int]:
+    """Makes the step files end at ``resume_step`` and removes torn tails; returns rows dropped per file."""
+    paths = {name: os.path.join(out_dir, f"{name}.jsonl") for name in STEP_FILES}
+    if resume_step is None:
+        busy = [p for p in paths.values() if os.path.exists(p) and _parse_lines(p)]
+        if busy:
+            raise FileExistsError(f"{busy[0]} already holds rows of a run; pass resume_step=k to continue "
+                                  "after step k (0 restarts) or choose another out_dir")
+    dropped = {name: _keep_rows(p, lambda row: resume_step is None or row["step"] <= resume_step)
+               for name, p in paths.items()}
+    _keep_rows(os.path.join(out_dir, "events.jsonl"), lambda row: True)  # only a torn tail goes
+    return dropped
+
+
+def _text(s: str) -> Callable[[IO[bytes]], None]:
+    return lambda f: f.write(s.encode("utf-8"))
+
+
+def _atomic_write(path: str, write: Callable[[IO[bytes]], Any]) -> None:
+    """Writes via a temp file in the same directory + os.replace: readers see the old or the new file."""
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path) or ".", prefix=f".{os.path.basename(path)}.",
+                               suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def _open_tensorboard(tb_dir: str, resume_step: int | None) -> FileWriter:
+    # FileWriter + hand-built Summary protos rather than SummaryWriter.add_scalar, which logs a warning
+    # to stderr for every NaN (a diverging run would flood the terminal).
+    writer = FileWriter(tb_dir, flush_secs=10)
+    if resume_step is not None:
+        # The purge event (what SummaryWriter(purge_step=...) writes): TensorBoard discards scalars of the
+        # old event files from this step on, so the resumed curve replaces the abandoned one.
+        purge = resume_step + 1
+        writer.add_event(Event(step=purge, file_version="brain.Event:2"))
+        writer.add_event(Event(step=purge, session_log=SessionLog(status=SessionLog.START)))
+    return writer
+
+
+# ---- plots ----------------------------------------------------------------------------------------------
+
+
+def _aligned(rows: list[Row], *keys: str) -> tuple[np.ndarray, ...]:
+    """(steps, values of keys[0], values of keys[1], ...) over the rows where every key is a number."""
+    picked = [r for r in rows if all(_is_number(r.get(k)) for k in keys)]
+    return (np.array([r["step"] for r in picked], float),
+            *(np.array([r[k] for r in picked], float) for k in keys))
+
+
+def _has(rows: list[Row], key: str) -> bool:
+    return any(_is_number(r.get(key)) for r in rows)
+
+
+def _finish(ax: Any, ylabel: str, title: str) -> None:
+    ax.set_xlabel("step")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize="small")
+
+
+def _plot_rewards(fig: Any, rows: list[Row]) -> bool:
+    dims = sorted({k.split("/")[1] for r in rows for k in r
+                   if k.startswith("reward/") and k.endswith("/mean") and k.count("/") == 2})
+    if not dims and not _has(rows, "reward/total"):
+        return False
+    ax = fig.add_subplot()
+    for i, dim in enumerate(dims):
+        ax.plot(*_aligned(rows, f"reward/{dim}/mean"), color=f"C{i}", label=dim)
+        steps, mean, std = _aligned(rows, f"reward/{dim}/mean", f"reward/{dim}/std")
+        ax.fill_between(steps, mean - std, mean + std, color=f"C{i}", alpha=0.2, lw=0)
+    if _has(rows, "reward/total"):
+        ax.plot(*_aligned(rows, "reward/total"), color="black", lw=2, label="total")
+    _finish(ax, "reward", "reward per dimension")
+    return True
+
+
+def _plot_entropy(fig: Any, rows: list[Row]) -> bool:
+    if not _has(rows, "entropy/mean"):
+        return False
+    ax = fig.add_subplot()
+    for lo, hi, alpha in (("p5", "p95", 0.15), ("p25", "p75", 0.35)):
+        steps, low, high = _aligned(rows, f"entropy/{lo}", f"entropy/{hi}")
+        if len(steps):
+            ax.fill_between(steps, low, high, color="C0", alpha=alpha, lw=0, label=f"{lo}-{hi}")
+    ax.plot(*_aligned(rows, "entropy/mean"), color="C0", label="mean")
+    _finish(ax, "entropy (nats/token)", "policy entropy")
+    return True
+
+
+def _plot_twin(fig: Any, rows: list[Row], *, left: str, right: str, title: str,
+               band: tuple[str, str] | None = None) -> bool:
+    """``left`` (with an optional min-max ``band``) on the left axis, ``right`` (a fraction) on a twin."""
+    if not any(_has(rows, k) for k in (left, right, *(band or ()))):
+        return False
+    ax = fig.add_subplot()
+    ax.plot(*_aligned(rows, left), color="C0", label=left)
+    if band:
+        steps, low, high = _aligned(rows, *band)
+        ax.fill_between(steps, low, high, color="C0", alpha=0.2, lw=0, label=f"{band[0]}..{band[1]}")
+    twin = ax.twinx()
+    twin.plot(*_aligned(rows, right), color="C3", ls="--", label=right)
+    twin.set_ylabel(right, color="C3")
+    _finish(ax, left, title)
+    handles = [*ax.get_legend_handles_labels()[0], *twin.get_legend_handles_labels()[0]]
+    ax.legend(handles=handles, fontsize="small")
+    return True
+
+
+def _plot_lines(fig: Any, rows: list[Row], *, keys: tuple[str, ...], title: str) -> bool:
+    """One panel per present key, sharing the step axis (the keys may differ in scale)."""
+    present = [k for k in keys if _has(rows, k)]
+    if not present:
+        return False
+    fig.set_size_inches(7, 1 + 2 * len(present))
+    axes = fig.subplots(len(present), 1, sharex=True, squeeze=False)[:, 0]
+    for ax, key in zip(axes, present):
+        steps, values = _aligned(rows, key)
+        ax.plot(steps, values, marker="o" if len(steps) < 30 else None)  # sparse series (eval) as points
+        _finish(ax, key, title if ax is axes[0] else "")
+    return True
+
+
+_PLOTS: tuple[tuple[str, Callable[[Any, list[Row]], bool]], ...] = (
+    ("rewards", _plot_rewards),
+    ("entropy", _plot_entropy),
+    ("groups", functools.partial(_plot_twin, left="groups/reward_var_mean", right="groups/zero_var_frac",
+                                 title="group reward variance")),
+    ("lengths", functools.partial(_plot_twin, left="length/mean", right="length/truncated_frac",
+                                  band=("length/min", "length/max"), title="response length")),
+    ("format", functools.partial(_plot_lines, keys=("format_rate",), title="format compliance")),
+    ("eval_accuracy", functools.partial(_plot_lines, keys=("eval/accuracy",), title="held-out accuracy")),
+    ("optim", functools.partial(_plot_lines, title="optimisation",
+                                keys=("kl", "clip_frac_low", "clip_frac_high", "grad_norm", "lr"))),
+)
+
+
+# ---- report ---------------------------------------------------------------------------------------------
+
+
+def _flatten(d: dict, prefix: str = "") -> dict[str, Any]:
+    """Scalar entries of a nested dict, keys joined with "/"; lists are left to report.json."""
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(_flatten(v, f"{prefix}{k}/"))
+        elif v is None or isinstance(v, (bool, int, float, str)):
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def _fmt(v: Any) -> str:
+    return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+
+def _cell(s: str) -> str:
+    return s.replace("|", "\\|").replace("\n", " ")
+
+
+def _image(path: str, out_dir: str) -> str:
+    rel = os.path.relpath(path, out_dir).replace(os.sep, "/")
+    return f"![{os.path.splitext(os.path.basename(path))[0]}]({urllib.parse.quote(rel)})"

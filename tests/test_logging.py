@@ -1,0 +1,248 @@
+"""Run outputs: JSONL round trip (NaN/inf, sorted keys), deterministic metrics.jsonl, resume truncation ==
+uninterrupted run, torn last lines, TensorBoard scalars read back from the event file, plots and report."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import struct
+
+import numpy as np
+import pytest
+from tensorboardX.proto.event_pb2 import Event, SessionLog
+
+from grpo_jax.logging import RunLogger, plot_run, read_jsonl, write_report
+
+
+def _strict_json(line: str) -> dict:
+    def reject(name: str) -> None:
+        raise AssertionError(f"invalid JSON constant {name}")
+
+    return json.loads(line, parse_constant=reject)
+
+
+def _read_bytes(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def _metrics(step: int) -> dict:
+    return {"reward/total": step / 10, "loss": -0.5 * step, "length/mean": 3 * step}
+
+
+def _run(out_dir: str, steps: range, **kwargs) -> None:
+    """Logs `steps` the way the trainer does: metrics + timings, two samples and an event per step."""
+    with RunLogger(out_dir, tensorboard=False, progress=False, **kwargs) as log:
+        for step in steps:
+            log.log(step, _metrics(step), timings={"step_s": 0.01 * step})
+            log.log_samples(step, [{"completion": f"c{step}-{i}", "reward": 1.0} for i in range(2)])
+            log.event(step, "weights", weights=[1.0, 0.5])
+
+
+def _steps(path: str) -> list[int]:
+    return [row["step"] for row in read_jsonl(path)]
+
+
+def _event_file_records(tb_dir: str) -> list[Event]:
+    """Every Event in the TFRecord files under tb_dir: [u64 len][u32 crc][payload][u32 crc] each."""
+    events = []
+    for name in sorted(os.listdir(tb_dir)):
+        data, pos = _read_bytes(os.path.join(tb_dir, name)), 0
+        while pos < len(data):
+            (n,) = struct.unpack("<Q", data[pos:pos + 8])
+            events.append(Event.FromString(data[pos + 12:pos + 12 + n]))
+            pos += 12 + n + 4
+    return events
+
+
+def test_round_trip_non_finite_sorted_keys(tmp_path):
+    metrics = {"zeta": 1, "alpha": math.nan, "inf_up": math.inf, "inf_down": -math.inf,
+               "f32": np.float32(0.25), "i64": np.int64(7), "entropy/hist": np.array([1.0, 2.0])}
+    with RunLogger(str(tmp_path), tensorboard=False, progress=False) as log:
+        log.log(np.int32(3), metrics)
+    (line,) = (tmp_path / "metrics.jsonl").read_text().splitlines()
+    raw = _strict_json(line)
+    assert list(raw) == sorted(raw)
+    assert raw["alpha"] == "nan" and raw["inf_up"] == "inf" and raw["inf_down"] == "-inf"
+    assert type(raw["f32"]) is float and type(raw["i64"]) is int and raw["step"] == 3
+    (row,) = read_jsonl(str(tmp_path / "metrics.jsonl"))
+    assert math.isnan(row["alpha"]) and row["inf_up"] == math.inf and row["inf_down"] == -math.inf
+    assert row["zeta"] == 1 and row["f32"] == 0.25 and row["entropy/hist"] == [1.0, 2.0]
+
+
+def test_metrics_byte_identical_when_timings_differ(tmp_path):
+    for name, scale in (("a", 1.0), ("b", 7.3)):
+        with RunLogger(str(tmp_path / name), tensorboard=False, progress=False) as log:
+            for step in range(1, 5):
+                log.log(step, {**_metrics(step), "nan_metric": math.nan}, timings={"rollout_s": scale * step})
+    assert _read_bytes(tmp_path / "a/metrics.jsonl") == _read_bytes(tmp_path / "b/metrics.jsonl")
+    assert _read_bytes(tmp_path / "a/timings.jsonl") != _read_bytes(tmp_path / "b/timings.jsonl")
+    assert "rollout_s" not in (tmp_path / "a/metrics.jsonl").read_text()
+
+
+def test_step_is_reserved(tmp_path):
+    with RunLogger(str(tmp_path), tensorboard=False, progress=False) as log:
+        with pytest.raises(ValueError, match="reserved"):
+            log.log(1, {"step": 2})
+
+
+def test_resume_truncates_step_files_and_matches_uninterrupted(tmp_path):
+    whole, resumed = str(tmp_path / "whole"), str(tmp_path / "resumed")
+    _run(whole, range(1, 7))
+    _run(resumed, range(1, 7))
+    with RunLogger(resumed, tensorboard=False, progress=False, resume_step=3):
+        pass
+    for name in ("metrics", "timings", "samples"):
+        assert sorted(set(_steps(os.path.join(resumed, f"{name}.jsonl")))) == [1, 2, 3]
+    events = read_jsonl(os.path.join(resumed, "events.jsonl"))
+    assert [e["step"] for e in events] == [1, 2, 3, 4, 5, 6, 3]
+    assert events[-1]["kind"] == "resume"
+    assert events[-1]["dropped_rows"] == {"metrics": 3, "timings": 3, "samples": 6}
+
+    _run(resumed, range(4, 7), resume_step=3)
+    for name in ("metrics", "samples"):
+        assert _read_bytes(f"{resumed}/{name}.jsonl") == _read_bytes(f"{whole}/{name}.jsonl")
+    assert [e["kind"] for e in read_jsonl(os.path.join(resumed, "events.jsonl"))].count("resume") == 2
+
+
+def test_torn_last_line_ignored_on_read_and_removed_on_resume(tmp_path):
+    whole, crashed = str(tmp_path / "whole"), str(tmp_path / "crashed")
+    _run(whole, range(1, 5))
+    _run(crashed, range(1, 5))
+    for name in ("metrics", "events"):
+        with open(os.path.join(crashed, f"{name}.jsonl"), "a") as f:
+            f.write('{"step": 5, "reward/tot')  # kill -9 in the middle of a write
+    assert _steps(os.path.join(crashed, "metrics.jsonl")) == [1, 2, 3, 4]
+    assert len(read_jsonl(os.path.join(crashed, "events.jsonl"))) == 4
+
+    _run(crashed, range(5, 6), resume_step=4)
+    _run(whole, range(5, 6), resume_step=4)
+    assert _read_bytes(f"{crashed}/metrics.jsonl") == _read_bytes(f"{whole}/metrics.jsonl")
+    events = read_jsonl(os.path.join(crashed, "events.jsonl"))  # torn tail gone, so every line parses
+    assert [e["kind"] for e in events] == ["weights"] * 4 + ["resume", "weights"]
+
+
+def test_complete_last_row_without_newline_is_kept(tmp_path):
+    _run(str(tmp_path), range(1, 3))
+    with open(tmp_path / "metrics.jsonl", "a") as f:
+        f.write('{"step": 3}')  # died between the row and its newline
+    assert _steps(str(tmp_path / "metrics.jsonl")) == [1, 2, 3]
+    with RunLogger(str(tmp_path), tensorboard=False, progress=False, resume_step=3) as log:
+        log.log(4, {})
+    assert _steps(str(tmp_path / "metrics.jsonl")) == [1, 2, 3, 4]
+
+
+def test_corrupt_middle_line_raises_naming_the_line(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"step": 1}\n{"step": 2, oops}\n{"step": 3}\n')
+    with pytest.raises(ValueError, match=r"metrics.jsonl:2"):
+        read_jsonl(str(path))
+    with pytest.raises(ValueError, match=r"metrics.jsonl:2"):
+        RunLogger(str(tmp_path), tensorboard=False, progress=False, resume_step=1)
+    assert path.read_text() == '{"step": 1}\n{"step": 2, oops}\n{"step": 3}\n'  # nothing rewritten
+
+
+def test_fresh_logger_refuses_a_used_dir_and_resume_zero_restarts(tmp_path):
+    _run(str(tmp_path), range(1, 3))
+    before = _read_bytes(tmp_path / "metrics.jsonl")
+    with pytest.raises(FileExistsError, match="resume_step"):
+        RunLogger(str(tmp_path), tensorboard=False, progress=False)
+    assert _read_bytes(tmp_path / "metrics.jsonl") == before
+    _run(str(tmp_path), range(1, 2), resume_step=0)
+    assert _steps(str(tmp_path / "metrics.jsonl")) == [1]
+    assert len(read_jsonl(str(tmp_path / "events.jsonl"))) == 4  # 2 + resume + 1
+
+
+def test_tensorboard_scalars_and_purge_on_resume(tmp_path):
+    with RunLogger(str(tmp_path), progress=False) as log:
+        for step in (1, 2):
+            log.log(step, {"reward/total": 0.5 * step, "kl": math.nan, "note": "text", "hist": [1, 2]},
+                    timings={"rollout_s": 1.5})
+    scalars = {}
+    for event in _event_file_records(str(tmp_path / "tb")):
+        for value in event.summary.value:
+            scalars.setdefault(value.tag, []).append((event.step, value.simple_value))
+    assert set(scalars) == {"reward/total", "kl", "rollout_s"}
+    assert scalars["reward/total"] == [(1, 0.5), (2, 1.0)]
+    assert all(math.isnan(v) for _, v in scalars["kl"])
+
+    with RunLogger(str(tmp_path), progress=False, resume_step=1):
+        pass
+    starts = [e.step for e in _event_file_records(str(tmp_path / "tb"))
+              if e.HasField("session_log") and e.session_log.status == SessionLog.START]
+    assert starts == [2]
+
+
+def test_progress_false_prints_nothing_progress_true_shows_figures(tmp_path, capfd):
+    with RunLogger(str(tmp_path / "quiet"), progress=False) as log:
+        log.log(1, {"reward/total": math.nan, "kl": math.inf})
+        log.event(1, "warning", message="nan reward")
+    assert capfd.readouterr() == ("", "")
+    with RunLogger(str(tmp_path / "bar"), total_steps=4, tensorboard=False) as log:
+        log.log(1, {"reward/total": 0.25, "entropy/mean": 1.5, "loss": 3.0})
+    err = capfd.readouterr().err
+    assert "reward=0.25" in err and "entropy=1.5" in err and "loss" not in err
+
+
+def _synthetic_rows(steps: int = 12) -> list[dict]:
+    rows = []
+    for s in range(1, steps + 1):
+        row = {"step": s, "reward/total": s / steps, "format_rate": min(1.0, s / 5), "kl": 0.01 * s,
+               "lr": 1e-5, "grad_norm": 1.0 / s, "groups/reward_var_mean": 0.2, "groups/zero_var_frac": 0.1,
+               "length/mean": 20 + s, "length/min": 5, "length/max": 40, "length/truncated_frac": 0.05}
+        for dim in ("format", "correct"):
+            row |= {f"reward/{dim}/mean": s / steps, f"reward/{dim}/std": 0.1}
+        row |= {f"entropy/p{q}": q / 50 for q in (5, 25, 75, 95)} | {"entropy/mean": 1.0}
+        if s % 4 == 0:
+            row["eval/accuracy"] = s / steps
+        rows.append(row)
+    return rows
+
+
+def test_plot_run_writes_the_expected_pngs(tmp_path):
+    paths = plot_run(_synthetic_rows(), str(tmp_path))
+    names = {os.path.basename(p) for p in paths}
+    assert names == {f"{n}.png" for n in ("rewards", "entropy", "groups", "lengths", "format",
+                                            "eval_accuracy", "optim")}
+    for p in paths:
+        assert os.path.dirname(p) == str(tmp_path / "plots")
+        assert _read_bytes(p)[:8] == b"\x89PNG\r\n\x1a\n"
+    assert sorted(os.listdir(tmp_path / "plots")) == sorted(names)  # no temp files left behind
+
+
+def test_plot_run_skips_plots_without_metrics(tmp_path):
+    rows = [{"step": s, "reward/total": 0.1 * s, "grad_norm": 1.0, "loss": 2.0} for s in range(1, 4)]
+    assert {os.path.basename(p) for p in plot_run(rows, str(tmp_path))} == {"rewards.png", "optim.png"}
+    assert plot_run([], str(tmp_path / "empty")) == []
+    dims_only = [{"step": s, "reward/format/mean": 0.5, "entropy/p5": 0.1} for s in range(1, 4)]
+    assert [os.path.basename(p) for p in plot_run(dims_only, str(tmp_path / "dims"))] == ["rewards.png"]
+
+
+def test_write_report_md_and_json(tmp_path):
+    plots = [str(tmp_path / "plots" / "entropy.png")]
+    summary = {"accuracy": {"before": 0.125, "after": np.float32(0.5)}, "steps": 40, "final_kl": math.nan,
+               "run": "a|b", "curve": [0.1, 0.2]}
+    md_path, json_path = write_report(str(tmp_path), summary, title="Arithmetic GRPO",
+                                      sections=[("Notes", "Entropy stayed above 0.5.")], plots=plots)
+    md = open(md_path).read()
+    assert md.startswith("# Arithmetic GRPO\n")
+    for line in ("| accuracy/before | 0.125 |", "| accuracy/after | 0.5 |", "| steps | 40 |",
+                 "| final_kl | nan |", "| run | a\\|b |", "## Notes", "Entropy stayed above 0.5.",
+                 "![entropy](plots/entropy.png)"):
+        assert line in md
+    assert "curve" not in md
+    assert _strict_json(open(json_path).read()) == {
+        "accuracy": {"before": 0.125, "after": 0.5}, "steps": 40, "final_kl": "nan", "run": "a|b",
+        "curve": [0.1, 0.2]}
+    assert sorted(os.listdir(tmp_path)) == ["report.json", "report.md"]
+
+
+def test_close_is_idempotent_and_logging_after_close_fails(tmp_path):
+    log = RunLogger(str(tmp_path), progress=False)
+    log.log(1, {"kl": 0.1})
+    log.close()
+    log.close()
+    with pytest.raises(ValueError):
+        log.log(2, {"kl": 0.2})
+    assert _steps(str(tmp_path / "metrics.jsonl")) == [1]
