@@ -1,0 +1,126 @@
+"""Format reward: the response is `<think>…</think>` then the answer (optionally `<answer>…</answer>`).
+
+Also `split_response`, the one place that decides which text is "the answer": every content reward
+(math, science, code, translation) reads only the answer segment, so an answer that appears only inside
+the thinking does not count, and structure is judged separately by `format_reward` as its own reward
+dimension (so a content reward never silently mixes in a format bonus).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any, NamedTuple
+
+from grpo_jax.rewards.base import RewardInputError, RewardResult, reward
+
+FORMAT_VERSION = "1"
+
+
+class ResponseParts(NamedTuple):
+    """(thinking, answer) text of a response; see `split_response` for the lenient rules."""
+
+    thinking: str
+    answer: str
+
+
+def _tags(tag: str) -> tuple[str, str]:
+    if not tag or not re.fullmatch(r"[A-Za-z_][\w.-]*", tag):
+        raise RewardInputError(f"tag name must be an identifier-like string, got {tag!r}")
+    return f"<{tag}>", f"</{tag}>"
+
+
+def split_response(response: str, *, think_tag: str = "think", answer_tag: str = "answer") -> ResponseParts:
+    """Split a response into (thinking, answer), leniently, for the content rewards.
+
+    - With a closing think tag, the answer is the text after the *last* `</think>`: anything before it
+      was written as (or inside) thinking, so it cannot be committed as the answer.
+    - With an opening think tag but no close, the whole response is unfinished thinking: answer "".
+    - With no think tags at all, the whole response is the answer (models without a think template).
+    - If the answer region contains answer tags, the answer is the content of all answer blocks (joined
+      by newlines, an unclosed last block runs to the end); text outside the blocks is ignored here
+      and penalised by `format_reward`.
+    """
+    think_open, think_close = _tags(think_tag)
+    answer_open, answer_close = _tags(answer_tag)
+    close_at = response.rfind(think_close)
+    if close_at >= 0:
+        first_close = response.find(think_close)
+        open_at = response.find(think_open, 0, first_close)
+        start = open_at + len(think_open) if open_at >= 0 else 0
+        thinking = response[start:first_close].strip()
+        region = response[close_at + len(think_close) :]
+    elif think_open in response:
+        return ResponseParts(response.split(think_open, 1)[1].strip(), "")
+    else:
+        thinking, region = "", response
+    if answer_open not in region:
+        return ResponseParts(thinking, region.replace(answer_close, "").strip())
+    blocks = []
+    for chunk in region.split(answer_open)[1:]:
+        blocks.append(chunk.split(answer_close, 1)[0].strip())
+    return ResponseParts(thinking, "\n".join(b for b in blocks if b))
+
+
+def check_format(
+    response: str, *, think_tag: str = "think", answer_tag: str = "answer", require_answer_tag: bool = False
+) -> str:
+    """'ok' if the response has the strict structure, else the first violated rule (a short reason)."""
+    think_open, think_close = _tags(think_tag)
+    answer_open, answer_close = _tags(answer_tag)
+    counts = {t: response.count(t) for t in (think_open, think_close, answer_open, answer_close)}
+    for tag, n in counts.items():
+        if n > 1:
+            return f"repeated_tag:{tag}"
+    if counts[think_open] == 0:
+        return f"missing_tag:{think_open}"
+    if counts[think_close] == 0:
+        return f"missing_tag:{think_close}"
+    if response[: response.index(think_open)].strip():
+        return "text_before_think"
+    after_open = response.split(think_open, 1)[1]
+    if think_close not in after_open:
+        return "tag_order"
+    thinking, _, rest = after_open.partition(think_close)
+    if answer_open in thinking or answer_close in thinking:
+        return "tag_order"
+    if not thinking.strip():
+        return "empty_thinking"
+    return _check_answer_region(rest, answer_open, answer_close, require_answer_tag)
+
+
+def _check_answer_region(rest: str, answer_open: str, answer_close: str, require_answer_tag: bool) -> str:
+    has_open, has_close = answer_open in rest, answer_close in rest
+    if not has_open and not has_close:
+        if require_answer_tag:
+            return f"missing_tag:{answer_open}"
+        return "ok" if rest.strip() else "empty_answer"
+    if has_open != has_close:
+        return f"missing_tag:{answer_close if has_open else answer_open}"
+    before, _, after_open = rest.partition(answer_open)
+    if answer_close in before:
+        return "tag_order"
+    content, _, after = after_open.partition(answer_close)
+    if before.strip():
+        return "text_before_answer"
+    if after.strip():
+        return "text_after_answer"
+    return "ok" if content.strip() else "empty_answer"
+
+
+@reward("format", FORMAT_VERSION)
+def format_reward(
+    response: str,
+    sample: Mapping[str, Any],
+    *,
+    think_tag: str = "think",
+    answer_tag: str = "answer",
+    require_answer_tag: bool = False,
+) -> RewardResult:
+    """1 if the response is exactly `<think>T</think>A` (or `…</think><answer>A</answer>`), else 0.
+
+    Each tag at most once and in order, T and A non-empty after stripping, and only whitespace outside
+    (before `<think>`, around the answer block). `sample` is unused: format is prompt-independent.
+    """
+    reason = check_format(response, think_tag=think_tag, answer_tag=answer_tag, require_answer_tag=require_answer_tag)
+    return RewardResult(1.0 if reason == "ok" else 0.0, {"reason": reason})

@@ -1,0 +1,223 @@
+"""Science QA reward: multiple-choice letters and numeric answers with tolerance and optional unit.
+
+Multiple choice (the reference is a letter, or `sample["choices"]` is given): the committed letter is
+read from "Answer: C", "the answer is (C)", "\\boxed{C}", or an answer segment that is just "C"/"(C)".
+Hedging scores 0: if the committed text names more than one option ("A or C", "ABCD", "A, C") or two
+commitments disagree, there is no single answer to grade, and rewarding either would teach the model
+to list options.
+
+Numeric (anything else): the committed number (plain, scientific `6.02e23`, `6.02 \\times 10^{23}`)
+is compared with relative tolerance `rel_tol` (or `sample["rel_tol"]`). With `sample["unit"]` and a unit
+in the answer, the units must agree up to an SI prefix (`km` vs `m` converts); an answer without a unit
+is read in the reference unit unless `require_unit=True`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from grpo_jax.rewards.base import RewardInputError, RewardResult, require, reward
+from grpo_jax.rewards.format import split_response
+from grpo_jax.rewards.math import boxed_contents, cut_answer_tail
+
+SCIENCE_VERSION = "1"
+
+_LETTERS = "ABCDEFGHIJ"
+_COMMIT_RE = re.compile(  # bounded look-ahead: linear even on thousands of "Answer:" lines
+    r"(?i)\b(?:final\s+answer|answer|correct\s+(?:option|choice|answer))\s*(?:is|:|=)\s*:?(?=([^\n]{0,500}))"
+)
+_PAREN_RE = re.compile(r"\(([A-J])\)")
+_NUM = r"[-+\u2212]?(?:\d+(?:\.\d*)?|\.\d+)"
+_SCI_RE = re.compile(
+    rf"^\s*({_NUM})(?:\s*(?:[eE]\s*({_NUM})|(?:\\times|\\cdot|\*|x|\u00d7)\s*10\s*(?:\^|\*\*)\s*\{{?\s*({_NUM})\s*\}}?))?\s*(.*)$"
+)
+_SI_PREFIX = {
+    "": 1.0,
+    "k": 1e3,
+    "M": 1e6,
+    "G": 1e9,
+    "T": 1e12,
+    "c": 1e-2,
+    "m": 1e-3,
+    "u": 1e-6,
+    "\u00b5": 1e-6,
+    "\u03bc": 1e-6,
+    "n": 1e-9,
+    "p": 1e-12,
+}
+_SI_BASE = ("mol", "Hz", "Pa", "eV", "Wh", "m", "g", "s", "J", "N", "W", "V", "A", "K", "L", "C", "T")
+
+
+# ------------------------------------------------------------------------------------ multiple choice
+
+
+def _letters_in(text: str, valid: str) -> set[str]:
+    """Option letters named by a committed answer text: 'C', '(C)', 'C.', 'A or C', 'ABCD', 'A, C'.
+
+    A letter that starts a word ('Carbon') or an English sentence ('I think ...') is not an option.
+    """
+    text = re.sub(r"\\text(?:bf)?\{([^{}]*)\}", r"\1", text)
+    text = text.replace("*", "").replace("$", "").strip()
+    if re.fullmatch(rf"[{valid}]{{2,}}", text):  # 'ABCD'
+        return set(text)
+    option = rf"\(?[{valid}]\)?"
+    m = re.match(rf"({option}(?:\s*(?:,|/|\bor\b|\band\b|&)\s*{option})*)(.*)$", text, re.DOTALL)
+    if m is None:
+        return set()
+    rest = m.group(2)
+    if rest and not re.match(r"[\s.:),;]", rest):
+        return set()
+    if re.match(r"\s+[a-z]", rest) and not re.match(r"\s+(?:is|because|since|as|which|with)\b", rest):
+        return set()
+    return set(re.findall(rf"[{valid}]", m.group(1)))
+
+
+def extract_choice(segment: str, valid: str = _LETTERS) -> tuple[set[str], str]:
+    """(letters committed, rule). More than one letter means the answer is hedged."""
+    committed: list[set[str]] = []
+    for box in boxed_contents(segment):
+        committed.append(_letters_in(box or "", valid))
+    for m in _COMMIT_RE.finditer(segment):
+        letters = _letters_in(m.group(1), valid)
+        if letters:
+            committed.append(letters)
+    if committed:
+        return set().union(*committed), "committed"
+    bare = segment.strip()
+    if len(bare) <= 8:
+        letters = _letters_in(bare, valid)
+        if letters:
+            return letters, "bare"
+    return set(_PAREN_RE.findall(segment)) & set(valid), "parenthesised"
+
+
+# ------------------------------------------------------------------------------------ numeric
+
+
+def parse_quantity(text: str) -> tuple[float, str] | None:
+    """'6.02 \\times 10^{23} mol^-1' -> (6.02e23, 'mol^-1'); None if it does not start with a number."""
+    text = text.replace("$", "").replace("\\,", "").replace("\\ ", " ").replace("{,}", "").strip()
+    text = re.sub(r"(?<=\d),(?=\d{3}\b)", "", text)
+    m = _SCI_RE.match(text)
+    if not m:
+        return None
+    mantissa, e1, e2, unit = m.groups()
+    exponent = e1 or e2 or "0"
+    try:
+        value = float(mantissa.replace("\u2212", "-")) * 10.0 ** float(exponent.replace("\u2212", "-"))
+    except (OverflowError, ValueError):
+        return None
+    unit = re.sub(r"\\(?:text|mathrm)\{([^{}]*)\}", r"\1", unit).strip().rstrip(".").strip()
+    return value, unit
+
+
+def _unit_factor(unit: str) -> tuple[str, float] | None:
+    """('m', 1000.0) for 'km': the base unit and the SI prefix factor, None if not a known SI unit."""
+    unit = unit.replace(" ", "")
+    for base in _SI_BASE:
+        if unit.endswith(base) and unit[: -len(base)] in _SI_PREFIX:
+            return base, _SI_PREFIX[unit[: -len(base)]]
+    return None
+
+
+def _convert(value: float, unit: str, target: str) -> float | None:
+    """`value` in `unit` expressed in `target`, or None if the units are not the same quantity."""
+    if unit.replace(" ", "") == target.replace(" ", ""):
+        return value
+    a, b = _unit_factor(unit), _unit_factor(target)
+    if a is None or b is None or a[0] != b[0]:
+        return None
+    return value * a[1] / b[1]
+
+
+def _numeric_candidates(segment: str) -> list[str]:
+    boxes = [b for b in boxed_contents(segment) if b is not None]
+    stated = [t for t in (cut_answer_tail(m.group(1)) for m in _COMMIT_RE.finditer(segment)) if t]
+    if boxes or stated:
+        return boxes + stated
+    bare = segment.strip()
+    return [bare] if bare and len(bare) <= 64 else []
+
+
+# ------------------------------------------------------------------------------------ reward
+
+
+def _is_choice_sample(reference: Any, sample: Mapping[str, Any]) -> bool:
+    return "choices" in sample or (isinstance(reference, str) and bool(re.fullmatch(r"\(?[A-J]\)?", reference.strip())))
+
+
+def _choice_result(segment: str, reference: str, sample: Mapping[str, Any], key: str) -> RewardResult:
+    valid = _LETTERS
+    if "choices" in sample:
+        choices = sample["choices"]
+        if not isinstance(choices, (list, tuple)) or not 2 <= len(choices) <= len(_LETTERS):
+            raise RewardInputError(f"sample field 'choices' must be a list of 2..{len(_LETTERS)} options")
+        valid = _LETTERS[: len(choices)]
+    ref = reference.strip().strip("()")
+    if ref not in valid:
+        raise RewardInputError(f"sample field {key!r} must be one of the option letters {valid!r}, got {reference!r}")
+    letters, rule = extract_choice(segment, valid)
+    info = {"extracted": "".join(sorted(letters)), "rule": rule, "reference": ref}
+    if not letters:
+        return RewardResult(0.0, {**info, "reason": "no_answer"})
+    if len(letters) > 1:
+        return RewardResult(0.0, {**info, "reason": "hedged"})
+    correct = letters == {ref}
+    return RewardResult(float(correct), {**info, "reason": "correct" if correct else "wrong_answer"})
+
+
+def _numeric_result(
+    segment: str, reference: Any, sample: Mapping[str, Any], key: str, rel_tol: float, require_unit: bool
+) -> RewardResult:
+    parsed_ref = parse_quantity(str(reference)) if not isinstance(reference, bool) else None
+    if parsed_ref is None:
+        raise RewardInputError(f"sample field {key!r} must be an option letter or a number, got {reference!r}")
+    ref_value, ref_unit = parsed_ref
+    unit = sample.get("unit", ref_unit) or ""
+    if not isinstance(unit, str):
+        raise RewardInputError("sample field 'unit' must be a string")
+    tol = sample.get("rel_tol", rel_tol)
+    if isinstance(tol, bool) or not isinstance(tol, (int, float)) or tol < 0:
+        raise RewardInputError(f"sample field 'rel_tol' must be a non-negative number, got {tol!r}")
+    values = []
+    for cand in _numeric_candidates(segment):
+        q = parse_quantity(cand)
+        if q is None:
+            continue
+        value, cand_unit = q
+        if cand_unit and unit:
+            converted = _convert(value, cand_unit, unit)
+            if converted is None:
+                return RewardResult(0.0, {"reason": "unit_mismatch", "extracted": cand[:100], "unit": unit})
+            value = converted
+        elif unit and require_unit:
+            return RewardResult(0.0, {"reason": "missing_unit", "extracted": cand[:100], "unit": unit})
+        values.append(value)
+    if not values:
+        return RewardResult(0.0, {"reason": "no_answer"})
+    if any(abs(v - values[0]) > tol * max(abs(v), abs(values[0])) for v in values[1:]):
+        return RewardResult(0.0, {"reason": "multiple_answers", "values": values[:4]})
+    ok = abs(values[0] - ref_value) <= tol * max(abs(ref_value), 1e-300) or values[0] == ref_value
+    info = {"extracted": values[0], "reference": ref_value, "unit": unit}
+    return RewardResult(float(ok), {**info, "reason": "correct" if ok else "wrong_answer"})
+
+
+@reward("science", SCIENCE_VERSION)
+def science_reward(
+    response: str,
+    sample: Mapping[str, Any],
+    *,
+    answer_key: str = "answer",
+    rel_tol: float = 0.01,
+    require_unit: bool = False,
+    think_tag: str = "think",
+    answer_tag: str = "answer",
+) -> RewardResult:
+    """1 if the single committed option letter (or number, within tolerance and unit) is right, else 0."""
+    reference = require(sample, answer_key, (str, int, float))
+    segment = split_response(response, think_tag=think_tag, answer_tag=answer_tag).answer
+    if _is_choice_sample(reference, sample):
+        return _choice_result(segment, str(reference), sample, answer_key)
+    return _numeric_result(segment, reference, sample, answer_key, rel_tol, require_unit)

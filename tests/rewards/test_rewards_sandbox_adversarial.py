@@ -1,0 +1,238 @@
+"""Adversarial self-check of the code reward: hostile programs score 0, finish within their time limit
+plus a small margin, and leave the calling process and the file system outside their temp dir alone.
+
+Each attack is written so that it would *pass* (score 1) if the defence it probes were missing: it
+defines the correct solution only when the attack worked.
+"""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+
+import pytest
+
+from grpo_jax.rewards import code_reward
+from grpo_jax.rewards.sandbox import capabilities
+
+TESTS = {
+    "tests": "def check(candidate):\n"
+    "    assert abs(candidate(2) - 4) < 1e-9\n"
+    "    assert abs(candidate(-3) - 9) < 1e-9\n",
+    "entry_point": "square",
+}
+RIGHT_IF_OK = "def square(x):\n    return x * x if ok else x + 2\n"  # correct only when `ok` is true
+WRONG = "def square(x):\n    return x + 2\n"
+WALL_S = 2.0
+MARGIN_S = 1.5  # process start-up and tear-down on a loaded 2-core machine
+
+
+def attack(body: str) -> tuple[float, dict, float]:
+    t0 = time.monotonic()
+    result = code_reward("<think>x</think>```python\n" + body + "```", TESTS, wall_s=WALL_S, cpu_s=WALL_S)
+    elapsed = time.monotonic() - t0
+    assert elapsed < WALL_S + MARGIN_S, f"took {elapsed:.2f}s"
+    return result.score, dict(result.info), elapsed
+
+
+@pytest.fixture(autouse=True)
+def caller_untouched():
+    """Whatever the program does, this process keeps its cwd, environment and signal handlers."""
+
+    def state():
+        env = {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}  # pytest's own phase marker
+        return os.getcwd(), env, signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGALRM)
+
+    before = state()
+    yield
+    assert state() == before
+
+
+@pytest.fixture
+def bystander():
+    """A process of the caller's user standing in for the trainer (holds a secret in its environment)."""
+    secret = "grpo-secret-" + uuid.uuid4().hex
+    proc = subprocess.Popen(["sleep", "60"], env={"GRPO_TEST_SECRET": secret, "PATH": os.environ.get("PATH", "")})
+    yield proc, secret
+    proc.kill()
+    proc.wait()
+
+
+def _processes_with(token: str) -> list[int]:
+    found = []
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    if token.encode() in f.read():
+                        found.append(int(pid))
+            except OSError:
+                pass
+    return found
+
+
+def test_infinite_loop():
+    score, info, elapsed = attack("while True:\n    pass\n" + WRONG)
+    assert score == 0.0 and info["reason"] in ("timeout", "cpu_limit")
+    assert elapsed >= 1.0  # it really ran until a limit
+
+
+def test_fork_bomb_is_contained():
+    score, info, _ = attack("import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n")
+    assert score == 0.0 and info["reason"] in ("timeout", "cpu_limit", "killed")
+    assert subprocess.run(["true"]).returncode == 0  # the caller can still start processes
+
+
+def test_escaped_daemons_are_killed():
+    """setsid() leaves the process group; the PID namespace (or the per-run uid) still gets them."""
+    token = "grpo-daemon-" + uuid.uuid4().hex
+    body = (
+        "import os\nfor _ in range(3):\n    if os.fork() == 0:\n        os.setsid()\n"
+        f"        os.execv('/bin/sleep', ['{token}', '30'])\n"
+        "while True:\n    pass\n"
+    )
+    score, _, _ = attack(body)
+    assert score == 0.0
+    time.sleep(0.1)
+    assert _processes_with(token) == []
+
+
+def test_memory_bomb():
+    score, info, _ = attack("x = []\nwhile True:\n    x.append(bytearray(64 * 2**20))\n")
+    assert score == 0.0 and info["reason"] == "memory"
+
+
+def test_100mb_of_output():
+    score, info, elapsed = attack("import sys\nsys.stdout.write('x' * (100 * 2**20))\n" + WRONG)
+    assert score == 0.0 and info["reason"] == "output_limit"
+    assert elapsed < 1.5  # killed at the 1 MiB cap, not after reading 100 MB
+
+
+def test_connect_to_local_listener():
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(8)
+        server.settimeout(0.3)
+        port = server.getsockname()[1]
+        body = (
+            "import socket\nok = False\ntry:\n"
+            f"    s = socket.create_connection(('127.0.0.1', {port}), timeout=1)\n"
+            "    s.sendall(b'pwned')\n    ok = True\nexcept OSError:\n    pass\n" + RIGHT_IF_OK
+        )
+        score, _, _ = attack(body)
+        with pytest.raises(socket.timeout):
+            server.accept()  # nothing ever connected
+    assert score == 0.0
+
+
+def test_write_outside_temp_dir(tmp_path):
+    token = "grpo-escape-" + uuid.uuid4().hex
+    targets = [
+        os.path.join(tempfile.gettempdir(), token),  # world-writable /tmp
+        str(tmp_path / token),  # a directory of the caller
+        os.path.join(os.getcwd(), token),  # the repository
+        "../" + token,  # next to the sandbox's own temp dir
+    ]
+    body = (
+        f"ok = False\nfor p in {targets!r}:\n    try:\n        open(p, 'w').write('x')\n        ok = True\n"
+        "    except OSError:\n        pass\n" + RIGHT_IF_OK
+    )
+    score, _, _ = attack(body)
+    assert score == 0.0
+    leftovers = [p for p in targets[:3] + [os.path.join(tempfile.gettempdir(), token)] if os.path.exists(p)]
+    assert leftovers == []
+
+
+def test_read_environment_of_the_caller(bystander, monkeypatch):
+    proc, secret = bystander
+    monkeypatch.setenv("GRPO_TEST_SECRET", secret)
+    body = (
+        "import os, glob\nok = 'GRPO_TEST_SECRET' in os.environ\n"
+        "for p in glob.glob('/proc/*/environ'):\n    try:\n"
+        f"        ok = ok or {secret!r}.encode() in open(p, 'rb').read()\n"
+        "    except OSError:\n        pass\n" + RIGHT_IF_OK
+    )
+    score, _, _ = attack(body)
+    assert score == 0.0
+
+
+def test_kill_the_parent_and_the_caller(bystander):
+    proc, _ = bystander
+    caps = capabilities()
+    if not (caps["pid_namespace"] or caps["drop_uid"] or int(caps["landlock_abi"]) >= 6):
+        pytest.skip("no layer here stops a same-user process from signalling the caller")
+    body = (
+        "import os, signal\nok = False\n"
+        f"for pid in (os.getppid(), {proc.pid}, {os.getpid()}):\n    try:\n"
+        "        os.kill(pid, signal.SIGKILL) if pid else None\n        ok = ok or pid > 1\n"
+        "    except OSError:\n        pass\n" + RIGHT_IF_OK
+    )
+    score, _, _ = attack(body)
+    assert score == 0.0
+    assert proc.poll() is None  # the stand-in trainer is alive (and so, evidently, are we)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "exit(0)\n" + WRONG,
+        "raise SystemExit\n" + WRONG,
+        "raise SystemExit(0)\n" + WRONG,
+        "import os\nos._exit(0)\n",
+        "import atexit, os\natexit.register(lambda: os._exit(0))\n" + WRONG,
+    ],
+    ids=["exit0", "raise-SystemExit", "SystemExit0", "os._exit", "atexit"],
+)
+def test_early_exit_is_not_a_pass(body):
+    score, info, _ = attack(body)
+    assert score == 0.0 and info["reason"] in ("incomplete", "error")
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "def check(candidate):\n    return True\n" + WRONG,
+        "import builtins, sys, os\nbuiltins.AssertionError = type('Nope', (Exception,), {})\n"
+        "sys.excepthook = lambda *a: os._exit(0)\n" + WRONG,
+        "abs = lambda x: 0\n" + WRONG,
+        "import builtins\nbuiltins.abs = lambda x: 0\n" + WRONG,
+        "import sys, types\nsys.modules['math'] = types.SimpleNamespace(isclose=lambda *a, **k: True)\n" + WRONG,
+        "import sys\nsys.settrace(lambda *a: None)\ndef square(x):\n    return x * x\n",
+    ],
+    ids=["redefine-check", "redefine-assert", "shadow-abs", "patch-builtins", "swap-module", "settrace"],
+)
+def test_redefining_the_test_machinery(body):
+    score, _, _ = attack(body)
+    assert score == 0.0
+
+
+def test_swapping_a_module_the_tests_import():
+    sample = {
+        "tests": "import math\ndef check(c):\n    assert math.isclose(c(2), 4)\n    assert math.isclose(c(-3), 9)\n",
+        "entry_point": "square",
+    }
+    body = "import sys, types\nsys.modules['math'] = types.SimpleNamespace(isclose=lambda *a, **k: True)\n" + WRONG
+    response = "<think>x</think>```python\n" + body + "```"
+    assert code_reward(response, sample, wall_s=WALL_S).score == 0.0
+    honest = "<think>x</think>```python\nimport math\ndef square(x):\n    return math.pow(x, 2)\n```"
+    assert code_reward(honest, sample, wall_s=WALL_S).score == 1.0
+
+
+def test_fake_pass_marker():
+    body = (
+        "import os\nprint('ALL TESTS PASSED')\nprint('__PASS__ 1/1')\n"
+        "for fd in range(3, 16):\n    try:\n        os.write(fd, bytes(16))\n    except OSError:\n        pass\n"
+        + WRONG
+    )
+    score, info, _ = attack(body)
+    assert score == 0.0 and info["reason"] == "error"  # the tests ran and failed
+
+
+def test_defences_do_not_reject_honest_code():
+    score, info, _ = attack("import math, collections, json\ndef square(x):\n    return math.prod([x, x])\n")
+    assert score == 1.0, info
+    assert sys.executable  # the caller is untouched (checked by the fixture)
