@@ -68,12 +68,13 @@ def attention_block(cfg, p, x_BxTxD, cos, sin, mask_BxTxS, kv_cache=None, write_
         qkv = qkv + p["qkv_bias"].astype(dtype)
     q, k, v, gate = split_qkv(cfg, qkv)
     q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-    k, v = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)  # [B, K, T, H]
-    if kv_cache is not None:
-        k = write_cache(kv_cache["k"], k, write_index_B, axis=2)
-        v = write_cache(kv_cache["v"], v, write_index_B, axis=2)
+    if kv_cache is None:  # teacher forcing / training: XLA's fused-friendly attention, fast backward
+        y = jax.nn.dot_product_attention(q, k, v, mask=mask_BxTxS[:, None]).reshape(q.shape[0], q.shape[1], -1)
+    else:
+        k = write_cache(kv_cache["k"], k.transpose(0, 2, 1, 3), write_index_B, axis=2)  # [B, K, S, H]
+        v = write_cache(kv_cache["v"], v.transpose(0, 2, 1, 3), write_index_B, axis=2)
         kv_cache = {"k": k, "v": v}
-    y = attend(cfg, q, k, v, mask_BxTxS)
+        y = attend(cfg, q, k, v, mask_BxTxS)
     if gate is not None:
         y = y * jax.nn.sigmoid(gate.astype(jnp.float32)).astype(y.dtype)
     return x_BxTxD + dense(y, p["o"], dtype), kv_cache

@@ -201,7 +201,16 @@ def _plain_to_latex(s: str) -> str:
 
 
 def normalize_answer(answer: str) -> Normalized:
-    """Canonical string form of an answer (see the module docstring for the rules and why)."""
+    """Canonical string form of an answer (see the module docstring for the rules and why).
+
+    Memoised for short answers: a rollout repeats the same few answers and references many times, and
+    the regex passes dominate the reward's cost on plain numbers."""
+    if len(answer) <= _CACHEABLE_CHARS:
+        return _normalize_cached(answer)
+    return _normalize(answer)
+
+
+def _normalize(answer: str) -> Normalized:
     s = answer.strip()
     for wrapper in ("\\boxed{", "\\fbox{"):
         s = _unwrap(s, wrapper).strip()
@@ -225,6 +234,9 @@ def normalize_answer(answer: str) -> Normalized:
     s = s.lstrip("+") if re.match(r"\+[\d.]", s) else s
     s = s.rstrip(".")
     return Normalized(s, percent)
+
+
+_normalize_cached = functools.lru_cache(maxsize=65536)(_normalize)
 
 
 # ------------------------------------------------------------------------------------ numbers
@@ -379,10 +391,15 @@ def _too_complex(s: str) -> str | None:
 
 @functools.lru_cache(maxsize=1)
 def _sympy_modules() -> tuple[Any, Any]:
-    """Import sympy and latex2sympy lazily: they cost ~1 s, and most answers never need them."""
+    """Import sympy and latex2sympy lazily: they cost ~1 s, and most answers never need them.
+
+    One warm-up parse builds the LaTeX parser here, outside any answer's time limit: otherwise the first
+    symbolic comparison of a process pays the start-up cost inside its limit and may time out on a busy
+    machine, making the reward depend on load (seen with the regression set)."""
     import sympy
     from latex2sympy2_extended import latex2sympy
 
+    sympy.simplify(latex2sympy("\\frac{\\sqrt{12}}{2}") - latex2sympy("\\sqrt{3}"))
     return sympy, latex2sympy
 
 
@@ -440,6 +457,7 @@ def symbolic_equal(a: str, b: str, *, rel_tol: float = 1e-4, timeout_s: float = 
         guard = _too_complex(s)
         if guard:
             return False, guard
+    _sympy_modules()  # start-up cost outside the time limit
     try:
         with _time_limit(timeout_s):
             return _sympy_equal(_to_sympy(a), _to_sympy(b), rel_tol), "symbolic"

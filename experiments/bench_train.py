@@ -1,0 +1,126 @@
+"""Seconds per full GRPO step (rollout + reference forward + update) on the sampler benchmark's work.
+
+    python experiments/bench_train.py                  # tiny Qwen2, 8 prompts x G=8, 16 + 128 tokens, f32
+    python experiments/bench_train.py --devices 1
+    python experiments/bench_train.py --preset qwen2.5-0.5b --dtype bfloat16 --platform gpu
+
+Work (NOTES.md, TRL's GRPOTrainer measured ~2.1 s/step for it here): tiny Qwen2 (vocab 512, hidden 256,
+MLP 688, 4 layers, 8/2 heads, tied), 8 prompts x G=8, 16-token prompts, 128 new tokens (EOS suppressed),
+beta = 0.04 (k3 KL to a frozen reference), one update per rollout. Rewards are random numbers: scoring is
+not part of this figure. The update's FLOPs are counted from the shapes (3x the forward: forward +
+backward), and set against a float32 matmul peak this script measures itself (2048^3 jnp.dot).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+
+
+def get_config() -> dict:
+    return dict(prompts=8, group=8, prompt_len=16, new_tokens=128, repeats=5, devices=2, dtype="float32",
+                preset="bench_qwen2_tiny", platform="cpu")
+
+
+def forward_flops(cfg, n_rows: int, seq_len: int) -> float:
+    """Matmul FLOPs of one teacher-forced forward over n_rows x seq_len tokens (attention over full L)."""
+    d, f = cfg.d_model, cfg.mlp_dim
+    per_token = cfg.n_layers * (d * (cfg.q_dim + 2 * cfg.kv_dim) + cfg.q_dim * d + 3 * d * f) + d * cfg.vocab_size
+    attention = cfg.n_layers * 2 * seq_len * seq_len * cfg.n_heads * cfg.head_dim  # QK^T and PV per row
+    return 2.0 * (n_rows * seq_len * per_token + n_rows * attention)
+
+
+def matmul_peak(jax, jnp, dtype="float32", n: int = 2048, repeats: int = 5) -> float:
+    a = jnp.ones((n, n), dtype)
+    f = jax.jit(lambda x: x @ x)
+    f(a).block_until_ready()
+    times = []
+    for _ in range(repeats):
+        s = time.perf_counter()
+        f(a).block_until_ready()
+        times.append(time.perf_counter() - s)
+    return 2 * n**3 / min(times)
+
+
+def main(argv=None) -> dict:
+    c = get_config()
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    for k in ("prompts", "group", "prompt_len", "new_tokens", "repeats", "devices"):
+        ap.add_argument("--" + k.replace("_", "-"), type=int, default=c[k])
+    ap.add_argument("--dtype", default=c["dtype"], choices=["float32", "bfloat16"])
+    ap.add_argument("--preset", default=c["preset"])
+    ap.add_argument("--platform", default=c["platform"])
+    args = ap.parse_args(argv)
+    os.environ.setdefault("JAX_PLATFORMS", args.platform)
+    import jax
+
+    if args.platform == "cpu":
+        jax.config.update("jax_num_cpu_devices", args.devices)
+    import jax.numpy as jnp
+    import numpy as np
+
+    import models
+    from grpo_jax import sampler, sharding, train
+    from grpo_jax.config import TrainConfig, override
+
+    b, g, p, n = args.prompts, args.group, args.prompt_len, args.new_tokens
+    cfg = override(TrainConfig(), [f"prompts_per_step={b}", f"sampling.group_size={g}",
+                                   f"sampling.max_new_tokens={n}", "loss.beta=0.04", "steps=1000"])
+    model_cfg = models.preset(args.preset, param_dtype=args.dtype, dtype=args.dtype)
+    mesh = sharding.make_mesh(cfg.mesh)
+    params = sharding.init_sharded_params(model_cfg, jax.random.key(0), mesh)
+    opt = train.make_optimizer(cfg)
+    state = train.init_state(params, opt, keep_reference=True)
+    step_fn = jax.jit(train.make_train_step(model_cfg, cfg, opt), donate_argnums=0)
+    ref_fn = jax.jit(lambda prm, bt: train.completion_logprobs(model_cfg, prm, bt.tokens, bt.attn_mask, n, 1.0)[0])
+    row_sharding = sharding.batch_sharding(mesh, 2)
+    prompts = jax.device_put(jnp.asarray(np.random.RandomState(0).randint(1, 500, (b, p)) % model_cfg.vocab_size),
+                             row_sharding)
+    mask = jax.device_put(jnp.ones((b, p), bool), row_sharding)
+    rng = np.random.RandomState(1)
+
+    def one_step(i):
+        nonlocal state
+        t0 = time.perf_counter()
+        ro = sampler.sample(model_cfg, state.params, prompts, mask, key=jax.random.key(i), group_size=g,
+                            max_new_tokens=n)
+        jax.block_until_ready(ro.tokens)
+        t1 = time.perf_counter()
+        seq, seq_mask, _ = sampler.full_sequences(prompts, mask, ro)
+        adv = jnp.asarray(rng.randn(b * g).astype(np.float32))
+        batch = train.Batch(tokens=seq, attn_mask=seq_mask, loss_mask=ro.completion_mask.reshape(b * g, -1) > 0,
+                            old_logp=ro.logprobs.reshape(b * g, -1), advantages=adv)
+        batch = jax.tree.map(lambda x: jax.device_put(x, sharding.batch_sharding(mesh, x.ndim)), batch)
+        state, metrics = step_fn(state, batch, jax.random.key(10_000 + i))
+        jax.block_until_ready(metrics["loss"])
+        t2 = time.perf_counter()
+        jax.block_until_ready(ref_fn(state.ref_params, batch))
+        t3 = time.perf_counter()
+        return t1 - t0, t2 - t1, t3 - t2
+
+    one_step(0)  # compile
+    parts = [one_step(i + 1) for i in range(args.repeats)]
+    rollout, update, ref = (statistics.median(x) for x in zip(*parts))
+    peak = matmul_peak(jax, jnp, "float32" if args.dtype == "float32" else "bfloat16")
+    seq_len = sampler.bucket_length(p) + n
+    ref_flops = forward_flops(model_cfg, b * g, seq_len)
+    update_flops = 3 * ref_flops  # the policy forward + backward (the reference forward is timed apart)
+    policy_update = max(update - ref, 1e-9)
+    print(f"\nGRPO step: {b} prompts x G={g}, {p}-token prompts, {n} new tokens, beta=0.04, one update per rollout;"
+          f" model {model_cfg.num_params() / 1e6:.1f}M params, {args.dtype}, {len(jax.devices())} device(s)")
+    print(f"{'part':<34}{'median s':>10}")
+    print(f"{'rollout (prefill + decode)':<34}{rollout:>10.3f}")
+    print(f"{'reference forward (in the update)':<34}{ref:>10.3f}")
+    print(f"{'policy forward+backward+optimizer':<34}{policy_update:>10.3f}")
+    print(f"{'full GRPO step':<34}{rollout + update:>10.3f}")
+    achieved = update_flops / policy_update
+    print(f"\nupdate: {update_flops / 1e9:.1f} GFLOP counted from shapes -> {achieved / 1e9:.1f} GFLOP/s; "
+          f"measured {args.dtype} matmul peak {peak / 1e9:.0f} GFLOP/s ({100 * achieved / peak:.0f}% of peak)")
+    return {"rollout_s": rollout, "reference_s": ref, "update_s": policy_update, "step_s": rollout + update,
+            "update_flops_per_s": achieved, "peak_flops_per_s": peak}
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,10 @@
+"""Test-session settings: a persistent XLA compilation cache shared by the test processes and the
+subprocesses they start (the suite compiles the same small programs many times)."""
+
+import os
+import tempfile
+
+_CACHE = os.path.join(tempfile.gettempdir(), "grpo-jax-test-xla-cache")
+os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", _CACHE)
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")

@@ -1,0 +1,143 @@
+"""Alarms: each kind fires exactly at the expected step, edge-triggered; missing metrics; resume; reports."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+
+import numpy as np
+import pytest
+
+from grpo_jax import monitor as mon
+from grpo_jax.config import from_dict, to_dict
+from grpo_jax.monitor import AlarmRule, Monitor, MonitorConfig
+
+nan, inf = math.nan, math.inf
+
+
+def fired_steps(rule: AlarmRule, values, *, history: int = 64) -> list[int]:
+    """Feed values[i] at step i; return the steps where the rule fired."""
+    m = Monitor(MonitorConfig(rules=(rule,), history=history))
+    return [a.step for i, v in enumerate(values) for a in m.observe(i, {rule.metric: v})]
+
+
+def test_below_fires_when_patience_is_reached_then_rearms():
+    # Under 0.05 at steps 3, 4, 5 -> streak 3 = patience at step 5; 6 continues the streak (no refire);
+    # step 7 clears it; 8, 9, 10 under again -> fires at 10. 0.05 itself is not "below" (strict).
+    values = [1.0, 0.5, 0.05, 0.04, 0.03, 0.02, 0.01, 0.1, 0.0, 0.0, 0.0, 0.0]
+    assert fired_steps(AlarmRule("entropy/mean", "below", 0.05, patience=3), values) == [5, 10]
+
+
+def test_above_fires_on_first_strict_crossing():
+    values = [0.1, 0.9, 0.9, 0.91, 0.95, 0.2, 0.99]  # 0.9 == threshold does not count
+    assert fired_steps(AlarmRule("groups/zero_var_frac", "above", 0.9), values) == [3, 6]
+
+
+def test_drop_compares_with_the_value_window_observations_back():
+    # window 4: at step i the reference is v[i-4]. Step 6: (1 - 0.5)/1 = 0.5, not > 0.5; step 7: 0.55 -> fire.
+    values = [1.0, 1.0, 1.0, 1.0, 0.8, 0.6, 0.5, 0.45, 0.4]
+    assert fired_steps(AlarmRule("entropy/mean", "drop", 0.5, window=4), values) == [7]
+    # A fall right at the start cannot fire before a reference exists: first at step 4 (ref v[0] = 1, drop 0.9).
+    assert fired_steps(AlarmRule("entropy/mean", "drop", 0.5, window=4), [1.0, 0.1, 0.1, 0.1, 0.1]) == [4]
+
+
+def test_nonfinite_on_loss_and_counter():
+    loss = [1.0, 0.5, nan, 0.4, inf, -inf, inf, 0.3]  # fires at 2, clears at 3, fires at 4, streak on to 6
+    assert fired_steps(AlarmRule("loss", "nonfinite"), loss) == [2, 4]
+    skipped = [0.0, 0.0, 1.0, 0.0, nan]  # threshold 0: any skip, and a NaN counter, fire
+    assert fired_steps(AlarmRule("skipped", "nonfinite", 0.0), skipped) == [2, 4]
+    assert fired_steps(AlarmRule("loss", "nonfinite", patience=3), [nan, nan, 1.0, nan, nan, nan]) == [5]
+
+
+def test_warn_vs_pause_and_history_in_alarm():
+    rules = (AlarmRule("kl", "above", 1.0), AlarmRule("kl", "above", 5.0, action="pause"))
+    m = Monitor(MonitorConfig(rules=rules, history=3))
+    assert m.observe(0, {"kl": 0.1}) == [] and m.observe(1, {"kl": 0.2}) == []
+    warn = m.observe(2, {"kl": 2.0})
+    assert [a.rule.action for a in warn] == ["warn"] and not mon.should_pause(warn)
+    both = m.observe(3, {"kl": 9.0})  # the warn rule is still in its streak: only the pause rule fires
+    assert [a.rule.action for a in both] == ["pause"] and mon.should_pause(both)
+    assert both[0].value == 9.0 and both[0].step == 3
+    assert both[0].history == ((1, 0.2), (2, 2.0), (3, 9.0))  # ring buffer of 3, newest last
+    assert "kl" in both[0].message and "pause" in both[0].message
+
+
+def test_missing_or_non_scalar_metrics_are_ignored():
+    m = Monitor(MonitorConfig(rules=(AlarmRule("length/mean", "below", 2.0, patience=2),)))
+    assert m.observe(0, {"length/mean": 1.0}) == []
+    assert m.observe(1, {}) == []  # missing: neither advances nor resets the streak
+    assert m.observe(2, {"length/mean": np.zeros(3), "other": "x"}) == []  # non-scalar: treated as missing
+    alarms = m.observe(3, {"length/mean": np.float32(1.5)})
+    assert [a.step for a in alarms] == [3] and alarms[0].history == ((0, 1.0), (3, 1.5))
+
+
+def _stream(n: int) -> list[dict]:
+    """Synthetic metrics that trip several default rules, with gaps and NaNs."""
+    rng = np.random.default_rng(0)
+    out = []
+    for i in range(n):
+        d = {"entropy/mean": float(2.0 * 0.9 ** i + 0.01 * rng.random()), "kl": float(rng.random() * 2),
+             "loss": nan if i % 17 in (5, 6, 7) else float(rng.normal()), "skipped": float(i % 17 == 5),
+             "groups/zero_var_frac": float(rng.random()), "length/mean": float(rng.integers(0, 4))}
+        if i % 7 == 3:
+            del d["kl"]
+        out.append(d)
+    return out
+
+
+def test_state_round_trip_mid_stream_gives_identical_alarms():
+    cfg = MonitorConfig(rules=mon.default_rules(max_new_tokens=16), history=32)
+    stream = _stream(80)
+    whole = Monitor(cfg)
+    expected = [a.to_dict() for i, d in enumerate(stream) for a in whole.observe(i, d)]
+    first = Monitor(cfg)
+    got = [a.to_dict() for i, d in enumerate(stream[:40]) for a in first.observe(i, d)]
+    resumed = Monitor(cfg)
+    resumed.load_state_dict(json.loads(json.dumps(first.state_dict(), allow_nan=False)))  # strict JSON
+    got += [a.to_dict() for i, d in enumerate(stream[40:], 40) for a in resumed.observe(i, d)]
+    assert any(a["step"] >= 40 for a in expected)  # the resumed half has alarms to compare
+    assert {a["rule"]["metric"] for a in expected} >= {"entropy/mean", "loss", "skipped", "kl"}
+    assert json.dumps(got) == json.dumps(expected)
+
+
+def test_alarm_report_is_written_atomically(tmp_path):
+    m = Monitor(MonitorConfig(rules=(AlarmRule("loss", "nonfinite", action="pause"),)))
+    m.observe(0, {"loss": 1.0})
+    alarms = m.observe(1, {"loss": nan})
+    md, js = mon.write_alarm_report(str(tmp_path / "reports" / "alarms.md"), alarms, step=1)
+    assert sorted(os.listdir(tmp_path / "reports")) == ["alarms.json", "alarms.md"]  # no temp files left
+
+    def reject(token):
+        raise AssertionError(f"non-strict JSON constant {token}")
+    report = json.loads(open(js).read(), parse_constant=reject)
+    assert report["step"] == 1 and report["paused"] is True
+    (a,) = report["alarms"]
+    assert a["rule"]["metric"] == "loss" and a["value"] == "nan" and a["history"] == [[0, 1.0], [1, "nan"]]
+    text = open(md).read()
+    assert "step 1" in text and "loss" in text and "| 0 | 1 |" in text and "| 1 | nan |" in text
+
+
+def test_config_validation_names_the_field():
+    with pytest.raises(ValueError, match="AlarmRule.kind"):
+        AlarmRule("kl", "sideways", 1.0)
+    with pytest.raises(ValueError, match="AlarmRule.action"):
+        AlarmRule("kl", "above", 1.0, action="stop")
+    with pytest.raises(ValueError, match="AlarmRule.threshold"):
+        AlarmRule("entropy/mean", "drop", 1.5)
+    with pytest.raises(ValueError, match="AlarmRule.patience"):
+        AlarmRule("kl", "above", 1.0, patience=0)
+    with pytest.raises(ValueError, match="MonitorConfig.history"):
+        MonitorConfig(rules=(AlarmRule("entropy/mean", "drop", 0.5, window=20),), history=20)
+    with pytest.raises(ValueError, match="MonitorConfig.rules"):
+        MonitorConfig(rules=(AlarmRule("kl", "above", 1.0),) * 2)
+
+
+def test_default_rules_cover_the_trainer_metrics_and_survive_config_json():
+    cfg = MonitorConfig()
+    watched = {(r.metric, r.kind) for r in cfg.rules}
+    assert watched >= {("entropy/mean", "below"), ("entropy/mean", "drop"), ("groups/zero_var_frac", "above"),
+                       ("length/mean", "above"), ("length/mean", "below"), ("length/truncated_frac", "above"),
+                       ("repetition/rate", "above"), ("kl", "above"), ("clip_frac_high", "above"),
+                       ("clip_frac_low", "above"), ("loss", "nonfinite"), ("skipped", "nonfinite")}
+    assert from_dict(MonitorConfig, json.loads(json.dumps(to_dict(cfg)))) == cfg
