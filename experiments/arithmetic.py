@@ -29,7 +29,7 @@ SFT_SMOKE = dict(target_accuracy=0.30, max_steps=4, batch_size=16, lr=1e-3, eval
 
 def get_config(smoke: bool = False) -> TrainConfig:
     cfg = override(TrainConfig(), [
-        "steps=1000", "prompts_per_step=32", "sampling.group_size=8", "sampling.max_new_tokens=14",
+        "steps=600", "prompts_per_step=32", "sampling.group_size=8", "sampling.max_new_tokens=14",
         "model.preset=tiny", "model.d_model=128", "model.n_layers=2", "model.n_heads=4", "model.n_kv_heads=4",
         "model.head_dim=32", "model.mlp_dim=384", "optim.lr=1e-4", "loss.beta=0.0", "task.name=arithmetic",
         "task.n_train=20000", "task.n_eval=500", "logging.eval_every=100", "checkpoint.every=100",

@@ -74,7 +74,8 @@ def main(argv=None) -> dict:
     opt = train.make_optimizer(cfg)
     state = train.init_state(params, opt, keep_reference=True)
     step_fn = jax.jit(train.make_train_step(model_cfg, cfg, opt), donate_argnums=0)
-    ref_fn = jax.jit(lambda prm, bt: train.completion_logprobs(model_cfg, prm, bt.tokens, bt.attn_mask, n, 1.0)[0])
+    ref_fn = jax.jit(lambda prm, bt: train.completion_logprobs(model_cfg, prm, bt.tokens, bt.attn_mask, n,
+                                                                bt.temperatures)[0])
     row_sharding = sharding.batch_sharding(mesh, 2)
     prompts = jax.device_put(jnp.asarray(np.random.RandomState(0).randint(1, 500, (b, p)) % model_cfg.vocab_size),
                              row_sharding)
@@ -91,7 +92,8 @@ def main(argv=None) -> dict:
         seq, seq_mask, _ = sampler.full_sequences(prompts, mask, ro)
         adv = jnp.asarray(rng.randn(b * g).astype(np.float32))
         batch = train.Batch(tokens=seq, attn_mask=seq_mask, loss_mask=ro.completion_mask.reshape(b * g, -1) > 0,
-                            old_logp=ro.logprobs.reshape(b * g, -1), advantages=adv)
+                            old_logp=ro.logprobs.reshape(b * g, -1), advantages=adv,
+                            temperatures=ro.temperatures.reshape(b * g, -1), entropy_coef=jnp.zeros((b * g,)))
         batch = jax.tree.map(lambda x: jax.device_put(x, sharding.batch_sharding(mesh, x.ndim)), batch)
         state, metrics = step_fn(state, batch, jax.random.key(10_000 + i))
         jax.block_until_ready(metrics["loss"])

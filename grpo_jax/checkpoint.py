@@ -27,6 +27,7 @@ import dataclasses
 import hashlib
 import json
 import math
+import os
 import warnings
 from collections.abc import Sequence
 from typing import Any
@@ -166,7 +167,7 @@ class Checkpointer:
             raise ValueError(f"keep_best={keep_best} needs best_metric (the metrics key to rank by)")
         if best_mode not in ("max", "min"):
             raise ValueError(f"best_mode must be 'max' or 'min', got {best_mode!r}")
-        self.directory = str(directory)
+        self.directory = os.path.abspath(str(directory))  # orbax needs absolute paths
         self.best_metric = best_metric
         self._policy = _KeepLastAndBest(keep_last, keep_best, best_mode, ranks={})
         options = ocp.CheckpointManagerOptions(enable_async_checkpointing=False, preservation_policy=self._policy)

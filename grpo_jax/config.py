@@ -121,6 +121,9 @@ class LossConfig:
             _fail(name, "top_entropy_quantile", f"must be in (0, 1], got {self.top_entropy_quantile!r}")
 
 
+from grpo_jax.control import EntropyCoefConfig, RewardWeightsConfig, TemperatureConfig  # noqa: E402
+from grpo_jax.monitor import MonitorConfig  # noqa: E402
+
 # --------------------------------------------------------------------------------------------------
 # The run: one dataclass per concern, nested in TrainConfig. `override(cfg, ["loss.eps_high=0.28"])`
 # is the CLI syntax every experiment shares (`--set loss.eps_high=0.28`).
@@ -157,10 +160,15 @@ class TaskConfig:
     train_path: str = ""  # JSONL of training rows; "" = generate `n_train` rows from the task
     n_train: int = 20_000  # generated training rows
     n_eval: int = 500  # held-out rows (the task's "heldout" split, never trained on)
+    pass_rate_lo: float = 0.0  # keep training rows with pass_rate in [lo, hi] (rows need "pass_rate",
+    pass_rate_hi: float = 1.0  # written by `python -m grpo_jax.difficulty`); [0, 1] = no filter
 
     def __post_init__(self):
         if self.n_train < 1 or self.n_eval < 0:
             _fail("TaskConfig", "n_train", f"need n_train >= 1 and n_eval >= 0, got {self.n_train}, {self.n_eval}")
+        if not 0.0 <= self.pass_rate_lo <= self.pass_rate_hi <= 1.0:
+            _fail("TaskConfig", "pass_rate_lo", f"need 0 <= pass_rate_lo <= pass_rate_hi <= 1, got "
+                                                f"{self.pass_rate_lo}, {self.pass_rate_hi}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -173,6 +181,9 @@ class SamplingConfig:
     top_k: int = 0  # 0 = off
     top_p: float = 1.0  # 1 = off
     old_logp_source: str = "sampler"  # "sampler": logprobs from the rollout; "recompute": a trainer forward
+    token_entropy_floor: float = 0.0  # per-token temperature: positions whose entropy is under this floor...
+    token_boost: float = 1.5  # ... are sampled at min(temperature * token_boost, token_max_temperature)
+    token_max_temperature: float = 2.0  # (floor 0 = off; logprobs are those of the distribution used)
 
     def __post_init__(self):
         if self.group_size < 1:
@@ -192,7 +203,23 @@ class RewardsConfig:
     """Reward dimensions; empty specs = the task's defaults."""
 
     specs: tuple = ()  # tuple of {"name", "weight", "kwargs"} dicts (grpo_jax.rewards.RewardSpec fields)
-    weights_file: str = ""  # JSON {dimension: weight}, re-read when it changes (hot reload)
+    weights: RewardWeightsConfig = RewardWeightsConfig()  # curriculum + hot-reloaded weights file
+
+
+@dataclasses.dataclass(frozen=True)
+class DynamicSamplingConfig:
+    """DAPO dynamic sampling: train only on groups whose rewards differ (zero-variance groups carry no
+    gradient), drawing extra prompts until the batch is full or the round cap is hit."""
+
+    enabled: bool = False
+    oversample: float = 2.0  # prompts drawn per round = ceil(oversample * prompts_per_step)
+    max_rounds: int = 3  # rollout rounds per step, the first included (verl max_num_gen_batches)
+
+    def __post_init__(self):
+        if self.oversample < 1.0:
+            _fail("DynamicSamplingConfig", "oversample", f"must be >= 1, got {self.oversample}")
+        if self.max_rounds < 1:
+            _fail("DynamicSamplingConfig", "max_rounds", f"must be >= 1, got {self.max_rounds}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -261,7 +288,6 @@ class TrainConfig:
     mu: int = 1  # inner epochs over each rollout
     minibatches: int = 1  # optimizer updates per epoch
     microbatches: int = 1  # gradient accumulation splits of each minibatch
-    entropy_coef: float = 0.0  # entropy bonus coefficient (loss -= coef * H)
     ref_reset_every: int = 0  # copy the policy into the reference every N steps (R1: 400); 0 = never
     model: ModelSpec = ModelSpec()
     task: TaskConfig = TaskConfig()
@@ -273,6 +299,10 @@ class TrainConfig:
     mesh: MeshConfig = MeshConfig()
     checkpoint: CheckpointConfig = CheckpointConfig()
     logging: LoggingConfig = LoggingConfig()
+    entropy: EntropyCoefConfig = EntropyCoefConfig()  # entropy bonus coefficient: constant/warmup/adaptive
+    temperature: TemperatureConfig = TemperatureConfig()  # adaptive rollout temperature (base: sampling)
+    monitor: MonitorConfig = MonitorConfig()  # alarms: warn or pause
+    dynamic: DynamicSamplingConfig = DynamicSamplingConfig()
 
     def __post_init__(self):
         for f in ("steps", "prompts_per_step", "mu", "minibatches", "microbatches"):

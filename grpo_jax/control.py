@@ -147,8 +147,7 @@ TEMPERATURE_MODES = ("fixed", "adaptive")
 class TemperatureConfig:
     """Rollout temperature, optionally steered by the rollouts' mean token entropy."""
 
-    mode: str = "fixed"  # one of TEMPERATURE_MODES
-    base: float = 1.0  # the temperature when entropy is healthy
+    mode: str = "fixed"  # one of TEMPERATURE_MODES; the base temperature is sampling.temperature
     min_temp: float = 0.5  # lower bound (only reached when entropy_ceiling is set)
     max_temp: float = 1.5  # upper bound
     entropy_floor: float = 0.1  # window-mean entropy (nats) under this raises the temperature
@@ -161,12 +160,11 @@ class TemperatureConfig:
     def __post_init__(self) -> None:
         name = type(self).__name__
         _check_choice(name, "mode", self.mode, TEMPERATURE_MODES)
-        for field in ("base", "min_temp", "max_temp", "entropy_floor", "hysteresis", "step_up", "step_down"):
+        for field in ("min_temp", "max_temp", "entropy_floor", "hysteresis", "step_up", "step_down"):
             if not _finite(getattr(self, field)) or getattr(self, field) < 0:
                 _fail(name, field, f"must be a finite number >= 0, got {getattr(self, field)!r}")
-        if not 0 < self.min_temp <= self.base <= self.max_temp:
-            _fail(name, "base", f"need 0 < min_temp <= base <= max_temp, got {self.min_temp}, {self.base}, "
-                                f"{self.max_temp}")
+        if not 0 < self.min_temp <= self.max_temp:
+            _fail(name, "min_temp", f"need 0 < min_temp <= max_temp, got {self.min_temp}, {self.max_temp}")
         if self.entropy_ceiling is not None and not self.entropy_ceiling > self.entropy_floor + 2 * self.hysteresis:
             _fail(name, "entropy_ceiling", f"must be None or > entropy_floor + 2 * hysteresis, "
                                            f"got {self.entropy_ceiling!r}")
@@ -182,9 +180,12 @@ class TemperatureController:
     it from oscillating around the floor; a non-finite entropy is ignored.
     """
 
-    def __init__(self, cfg: TemperatureConfig):
-        self.cfg = cfg
-        self._temp = float(cfg.base)
+    def __init__(self, cfg: TemperatureConfig, base: float):
+        if cfg.mode == "adaptive" and not cfg.min_temp <= base <= cfg.max_temp:
+            raise ValueError(f"sampling.temperature={base} must lie in [temperature.min_temp, temperature.max_temp]"
+                             f" = [{cfg.min_temp}, {cfg.max_temp}] for adaptive temperature")
+        self.cfg, self.base = cfg, float(base)
+        self._temp = float(base)
         self._recent: deque[float] = deque(maxlen=cfg.window)
 
     def value(self) -> float:
@@ -202,10 +203,10 @@ class TemperatureController:
             t = min(t + cfg.step_up, cfg.max_temp)
         elif ceiling is not None and h > ceiling:
             t = max(t - cfg.step_down, cfg.min_temp)
-        elif t > cfg.base and h >= cfg.entropy_floor + cfg.hysteresis:
-            t = max(t - cfg.step_down, cfg.base)
-        elif t < cfg.base and ceiling is not None and h <= ceiling - cfg.hysteresis:
-            t = min(t + cfg.step_up, cfg.base)
+        elif t > self.base and h >= cfg.entropy_floor + cfg.hysteresis:
+            t = max(t - cfg.step_down, self.base)
+        elif t < self.base and ceiling is not None and h <= ceiling - cfg.hysteresis:
+            t = min(t + cfg.step_up, self.base)
         self._temp = t
         return t
 

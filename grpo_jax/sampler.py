@@ -26,6 +26,7 @@ import jax
 import jax.numpy as jnp
 
 import models
+from grpo_jax.control import per_token_temperature
 from models.config import ModelConfig
 
 NEG_INF = -1e30
@@ -41,6 +42,7 @@ class Rollout:
     entropies: jax.Array  # [B, G, T] float32 entropy of that distribution (nats)
     lengths: jax.Array  # [B, G] int32 completion lengths (EOS included)
     truncated: jax.Array  # [B, G] bool: reached max_new_tokens without EOS
+    temperatures: jax.Array  # [B, G, T] float32 temperature each token was drawn at (0 = greedy)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -146,37 +148,46 @@ def row_keys(key: jax.Array, prompt_ids_B: jax.Array, group_size: int) -> jax.Ar
 
 @functools.partial(
     jax.jit,
-    static_argnames=("cfg", "max_new_tokens", "top_k", "top_p", "eos_ids", "pad_id"),
+    static_argnames=("cfg", "max_new_tokens", "top_k", "top_p", "eos_ids", "pad_id", "token_temperature"),
     donate_argnames=("cache",),
 )
 def _decode(cfg: ModelConfig, params, cache, logits0_RxV, start_pos_R, keys_R, temperature, *,
-            max_new_tokens: int, top_k: int, top_p: float, eos_ids: tuple, pad_id: int):
+            max_new_tokens: int, top_k: int, top_p: float, eos_ids: tuple, pad_id: int, token_temperature: tuple):
     """The while_loop over decode steps for R = B*G rows: (token/logprob/entropy arrays [R, T] / [R], final
     cache). The cache is donated and returned, so XLA updates it in place instead of copying it."""
     logits0, start_pos = logits0_RxV, start_pos_R
     r, t_max = logits0.shape[0], max_new_tokens
     eos = jnp.asarray(eos_ids if eos_ids else (-1,), jnp.int32)
-    greedy = jnp.asarray(temperature, jnp.float32) <= 0
+
+    def row_temperatures(logits):
+        if not token_temperature:
+            return jnp.broadcast_to(jnp.asarray(temperature, jnp.float32), (r,))
+        floor, boost, t_hi = token_temperature
+        return per_token_temperature(logits, base_temperature=temperature, entropy_floor=floor, boost=boost,
+                                     max_temperature=t_hi)
 
     def cond(state):
         t, done = state[0], state[1]
         return (t < t_max) & ~jnp.all(done)
 
     def body(state):
-        t, done, logits, cache, toks, lps, ents = state
+        t, done, logits, cache, toks, lps, ents, temps = state
         step_keys = jax.vmap(jax.random.fold_in, in_axes=(0, None))(keys_R, t)
-        dist = process_logits(logits, temperature=temperature, top_k=top_k, top_p=top_p)
+        temp_R = row_temperatures(logits)
+        greedy = (temp_R <= 0)[:, None]
+        dist = process_logits(logits, temperature=temp_R[:, None], top_k=top_k, top_p=top_p)
         sampled = jax.vmap(jax.random.categorical)(step_keys, dist)
-        token = jnp.where(greedy, jnp.argmax(logits, axis=-1), sampled).astype(jnp.int32)
+        token = jnp.where(greedy[:, 0], jnp.argmax(logits, axis=-1), sampled).astype(jnp.int32)
         lp, ent = logprobs_and_entropy(jnp.where(greedy, logits.astype(jnp.float32), dist), token)
         token = jnp.where(done, pad_id, token)
         toks = toks.at[:, t].set(token)
         lps = lps.at[:, t].set(jnp.where(done, 0.0, lp))
         ents = ents.at[:, t].set(jnp.where(done, 0.0, ent))
+        temps = temps.at[:, t].set(temp_R)
         new_done = done | jnp.isin(token, eos)
         pos = rope_positions(cfg, (start_pos + t)[:, None])
         logits, cache = models.forward(cfg, params, token[:, None], pos, attn_mask=~done[:, None], cache=cache)
-        return t + 1, new_done, logits[:, 0], cache, toks, lps, ents
+        return t + 1, new_done, logits[:, 0], cache, toks, lps, ents, temps
 
     init = (
         jnp.int32(0),
@@ -186,9 +197,10 @@ def _decode(cfg: ModelConfig, params, cache, logits0_RxV, start_pos_R, keys_R, t
         jnp.full((r, t_max), pad_id, jnp.int32),
         jnp.zeros((r, t_max), jnp.float32),
         jnp.zeros((r, t_max), jnp.float32),
+        jnp.broadcast_to(jnp.asarray(temperature, jnp.float32), (r, t_max)),
     )
-    _, done, _, cache, toks, lps, ents = jax.lax.while_loop(cond, body, init)
-    return _finish(toks, lps, ents, eos), cache
+    _, done, _, cache, toks, lps, ents, temps = jax.lax.while_loop(cond, body, init)
+    return _finish(toks, lps, ents, eos) + (temps,), cache
 
 
 def _finish(toks_RxT, lps, ents, eos):
@@ -203,17 +215,19 @@ def _finish(toks_RxT, lps, ents, eos):
 
 def sample_core(cfg: ModelConfig, params, prompt_tokens, prompt_mask, prompt_ids, *, key, group_size: int,
                 max_new_tokens: int, temperature=1.0, top_k: int = 0, top_p: float = 1.0, eos_ids=(),
-                pad_id: int = 0) -> Rollout:
+                pad_id: int = 0, token_temperature=None) -> Rollout:
     """`sample` for already left-aligned, bucketed prompts and explicit global prompt indices [B]."""
     cache, last_logits, lengths = _prefill(cfg, params, prompt_tokens, prompt_mask, group_size=group_size,
                                            max_new_tokens=max_new_tokens)
     keys = row_keys(key, prompt_ids, group_size)
     outs, _ = _decode(cfg, params, cache, last_logits, lengths, keys, jnp.asarray(temperature, jnp.float32),
                    max_new_tokens=max_new_tokens, top_k=int(top_k), top_p=float(top_p),
-                   eos_ids=tuple(int(e) for e in eos_ids), pad_id=int(pad_id))
+                   eos_ids=tuple(int(e) for e in eos_ids), pad_id=int(pad_id),
+                   token_temperature=tuple(float(x) for x in token_temperature or ()))
     b = prompt_tokens.shape[0]
-    toks, mask, lps, ents, lens, trunc = (x.reshape((b, group_size) + x.shape[1:]) for x in outs)
-    return Rollout(tokens=toks, completion_mask=mask, logprobs=lps, entropies=ents, lengths=lens, truncated=trunc)
+    toks, mask, lps, ents, lens, trunc, temps = (x.reshape((b, group_size) + x.shape[1:]) for x in outs)
+    return Rollout(tokens=toks, completion_mask=mask, logprobs=lps, entropies=ents, lengths=lens, truncated=trunc,
+                   temperatures=temps)
 
 
 def _check_args(prompt_tokens, prompt_mask, group_size, max_new_tokens, temperature, top_k, top_p):
@@ -239,15 +253,21 @@ def prepare_prompts(prompt_tokens, prompt_mask, *, pad_id: int = 0):
 
 
 def sample(cfg: ModelConfig, params, prompt_tokens, prompt_mask, *, key, group_size: int, max_new_tokens: int,
-           temperature=1.0, top_k: int = 0, top_p: float = 1.0, eos_ids=(), pad_id: int = 0) -> Rollout:
+           temperature=1.0, top_k: int = 0, top_p: float = 1.0, eos_ids=(), pad_id: int = 0,
+           token_temperature: tuple[float, float, float] | None = None) -> Rollout:
     """G completions for each of the B prompts (any padding side). Runs wherever `params` live: on one
-    device, or under jit with params sharded on a mesh (computation follows the input shardings)."""
+    device, or under jit with params sharded on a mesh (computation follows the input shardings).
+
+    temperature may be a traced scalar (adaptive temperature never recompiles). token_temperature =
+    (entropy_floor, boost, max_temperature) turns on the per-token variant: a position whose distribution
+    at `temperature` has entropy under the floor is sampled at min(temperature * boost, max) instead; the
+    logprobs are those of the distribution actually used and `Rollout.temperatures` records it."""
     _check_args(prompt_tokens, prompt_mask, group_size, max_new_tokens, temperature, top_k, top_p)
     tokens, mask = prepare_prompts(prompt_tokens, prompt_mask, pad_id=pad_id)
     ids = jnp.arange(tokens.shape[0], dtype=jnp.int32)
     return sample_core(cfg, params, tokens, mask, ids, key=key, group_size=group_size,
                        max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
-                       eos_ids=eos_ids, pad_id=pad_id)
+                       eos_ids=eos_ids, pad_id=pad_id, token_temperature=token_temperature)
 
 
 def sample_pmap(cfg: ModelConfig, params, prompt_tokens, prompt_mask, *, key, group_size: int,

@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import sys
 import time
 import warnings
 from typing import Any
@@ -48,6 +49,8 @@ class Batch:
     loss_mask: jax.Array  # [N, T] bool: completion tokens up to and including EOS
     old_logp: jax.Array  # [N, T] float32 logprobs under the sampling policy
     advantages: jax.Array  # [N] float32
+    temperatures: jax.Array  # [N, T] float32 temperature each token was sampled at (logits are divided by it)
+    entropy_coef: jax.Array  # [N] float32 entropy-bonus coefficient (this step's schedule value, per row)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -82,11 +85,14 @@ def learning_rate(cfg: TrainConfig, count) -> jax.Array:
     return jnp.asarray(o.lr, jnp.float32)
 
 
-def completion_logprobs(model_cfg: ModelConfig, params, tokens, attn_mask, n_completion: int, temperature: float):
-    """Teacher-forced logprobs and entropies [N, T] of the last T tokens under softmax(logits / temperature)."""
+def completion_logprobs(model_cfg: ModelConfig, params, tokens, attn_mask, n_completion: int, temperature):
+    """Teacher-forced logprobs and entropies [N, T] of the last T tokens under softmax(logits / temperature);
+    temperature is a scalar or per token [N, T] (as the sampler recorded it)."""
     pos = jnp.maximum(jnp.cumsum(attn_mask, axis=-1) - 1, 0)
     logits, _ = models.forward(model_cfg, params, tokens, sampler.rope_positions(model_cfg, pos), attn_mask=attn_mask)
-    logits = logits[:, -n_completion - 1 : -1] / temperature
+    t = jnp.asarray(temperature, jnp.float32)
+    t = jnp.where(t > 0, t, 1.0)
+    logits = logits[:, -n_completion - 1 : -1] / (t[..., None] if t.ndim else t)
     targets = tokens[:, -n_completion:]
     return models.token_logprobs(logits, targets), models.token_entropy(logits)
 
@@ -101,17 +107,17 @@ def _tree_where(pred, a, b):
 
 def make_train_step(model_cfg: ModelConfig, cfg: TrainConfig, optimizer: optax.GradientTransformation):
     """The pure update `train_step(state, batch, key) -> (state, metrics)` for this run's config."""
-    loss_cfg, temperature, t_len = cfg.loss, cfg.sampling.temperature, cfg.sampling.max_new_tokens
-    use_entropy = cfg.entropy_coef > 0 or loss_cfg.top_entropy_quantile < 1
+    loss_cfg, t_len = cfg.loss, cfg.sampling.max_new_tokens
+    use_entropy = cfg.entropy.mode != "constant" or cfg.entropy.coef > 0 or loss_cfg.top_entropy_quantile < 1
 
     def logprobs(params, b: Batch):
-        return completion_logprobs(model_cfg, params, b.tokens, b.attn_mask, t_len, temperature)
+        return completion_logprobs(model_cfg, params, b.tokens, b.attn_mask, t_len, b.temperatures)
 
     def micro_loss(params, mb: Batch, ref_logp, key):
         logp, ent = logprobs(params, mb)
         num, den, metrics = losses.loss_terms(
             loss_cfg, logp=logp, old_logp=mb.old_logp, advantages=mb.advantages, mask=mb.loss_mask,
-            ref_logp=ref_logp, entropies=ent if use_entropy else None, entropy_coef=cfg.entropy_coef, key=key)
+            ref_logp=ref_logp, entropies=ent if use_entropy else None, entropy_coef=mb.entropy_coef[:, None], key=key)
         m = mb.loss_mask
         metrics["logp_gap_sum"] = jnp.sum(jnp.where(m, jnp.abs(jax.lax.stop_gradient(logp) - mb.old_logp), 0.0))
         metrics["token_entropy_sum"] = jnp.sum(jnp.where(m, jax.lax.stop_gradient(ent), 0.0))
@@ -234,28 +240,28 @@ def advantages_and_diagnostics(rewards_BxGxK, weights_K, ro: sampler.Rollout, *,
 
 
 class Trainer:
-    """The GRPO loop for one run directory: build everything from the config, step, evaluate, save."""
+    """The GRPO loop for one run directory: build everything from the config, step, evaluate, save.
 
-    def __init__(self, cfg: TrainConfig, out_dir: str, *, resume: bool = False, quiet: bool = False):
+    Controls (issue: keep the learning signal alive): entropy-bonus coefficient schedule/adaptation,
+    adaptive rollout temperature, alarms that warn or pause, reward-weight curriculum with a hot-reloaded
+    weights file, DAPO dynamic sampling, pass-rate band filtering of the data. Their states travel in the
+    checkpoint, so a resumed run continues exactly.
+    """
+
+    def __init__(self, cfg: TrainConfig, out_dir: str, *, resume: bool = False, quiet: bool = False,
+                 rollback_to: int | None = None):
         from grpo_jax import checkpoint as ckpt_lib
         from grpo_jax import logging as log_lib
-        from grpo_jax import tasks as tasks_lib
-        from grpo_jax.data import PromptStream, load_jsonl
 
         self.cfg, self.out_dir = cfg, out_dir
         sharding.initialize_distributed(cfg.mesh)
         self.mesh = sharding.make_mesh(cfg.mesh)
-        self.task = tasks_lib.get_task(cfg.task.name, **dict(cfg.task.options))
-        self.tokenizer = self.task.tokenizer()
-        rows = load_jsonl(cfg.task.train_path) if cfg.task.train_path else self.task.generate(
-            "train", cfg.task.n_train, cfg.seed)
-        self.eval_rows = self.task.generate("heldout", cfg.task.n_eval, cfg.seed) if cfg.task.n_eval else []
-        self.stream = PromptStream(rows, cfg.prompts_per_step, cfg.seed)
+        self._build_data()
         self.specs = reward_specs(cfg, self.task)
         self.dims = rewards_lib.dimension_names(self.specs)
-        self.weights = rewards_lib.weights(self.specs)
+        self._build_controls()
         self.run_key = jax.random.key(cfg.seed)
-        k_init = jax.random.fold_in(self.run_key, -1 & 0x7FFFFFFF)
+        k_init = jax.random.fold_in(self.run_key, 0x7FFFFFFF)
         self.model_cfg, params = build_model(cfg, self.tokenizer.vocab_size, k_init)
         params = sharding.shard_params(params, self.mesh)
         self.optimizer = make_optimizer(cfg)
@@ -265,13 +271,49 @@ class Trainer:
                                   out_shardings=(self.state_shardings, None), donate_argnums=0)
         self.ckpt = ckpt_lib.Checkpointer(os.path.join(out_dir, "checkpoints"), keep_last=cfg.checkpoint.keep_last,
                                           keep_best=cfg.checkpoint.keep_best, best_metric=cfg.checkpoint.best_metric)
-        self.state, self.history = state, []
-        start = self._restore() if resume else None
+        self.state = state
+        start = self._restore(rollback_to) if (resume or rollback_to is not None) else None
         os.makedirs(out_dir, exist_ok=True)
         self.logger = log_lib.RunLogger(out_dir, total_steps=cfg.steps, tensorboard=cfg.logging.tensorboard,
                                         progress=cfg.logging.progress and not quiet, resume_step=start)
+        if rollback_to is not None:
+            self.logger.event(start, "rollback", to_step=start, config=to_dict(cfg))
         if start is None:
             _write_json(os.path.join(out_dir, "config.json"), to_dict(cfg))
+            self.logger.event(0, "data", **self.data_report)
+
+    # ------------------------------------------------------------------ construction
+    def _build_data(self) -> None:
+        from grpo_jax import data as data_lib
+        from grpo_jax import tasks as tasks_lib
+
+        cfg = self.cfg
+        self.task = tasks_lib.get_task(cfg.task.name, **dict(cfg.task.options))
+        self.tokenizer = self.task.tokenizer()
+        rows = data_lib.load_jsonl(cfg.task.train_path) if cfg.task.train_path else self.task.generate(
+            "train", cfg.task.n_train, cfg.seed)
+        self.data_report = {"rows": len(rows), "strata": data_lib.strata_summary(rows)}
+        if (cfg.task.pass_rate_lo, cfg.task.pass_rate_hi) != (0.0, 1.0):
+            rows, band = data_lib.filter_by_pass_rate(rows, cfg.task.pass_rate_lo, cfg.task.pass_rate_hi)
+            self.data_report.update(pass_rate_filter=band, pass_rate_strata=data_lib.strata_summary(rows, "pass_rate"))
+            if not rows:
+                raise ValueError(f"task.pass_rate_lo/hi = [{cfg.task.pass_rate_lo}, {cfg.task.pass_rate_hi}] "
+                                 f"keeps no training row ({band})")
+        self.eval_rows = self.task.generate("heldout", cfg.task.n_eval, cfg.seed) if cfg.task.n_eval else []
+        self.stream = data_lib.PromptStream(rows, cfg.prompts_per_step, cfg.seed)
+
+    def _build_controls(self) -> None:
+        from grpo_jax import control, monitor
+
+        cfg = self.cfg
+        self.entropy_ctl = control.EntropyCoefController(cfg.entropy)
+        self.temp_ctl = control.TemperatureController(cfg.temperature, cfg.sampling.temperature)
+        self.monitor = monitor.Monitor(cfg.monitor)
+        self.reward_weights = control.RewardWeights(self.dims, rewards_lib.weights(self.specs), cfg.rewards.weights)
+
+    def _controls(self):
+        return {"entropy": self.entropy_ctl, "temperature": self.temp_ctl, "monitor": self.monitor,
+                "reward_weights": self.reward_weights}
 
     def set_params(self, params) -> None:
         """Start GRPO from these params (e.g. after a warm start): fresh optimizer, reference = params."""
@@ -280,7 +322,8 @@ class Trainer:
 
     # ------------------------------------------------------------------ checkpoints
     def _meta(self) -> dict:
-        return {"config": to_dict(self.cfg), "cursor": self.stream.cursor.to_dict(), "step": self.step}
+        return {"config": to_dict(self.cfg), "cursor": self.stream.cursor.to_dict(), "step": self.step,
+                "controls": {k: c.state_dict() for k, c in self._controls().items()}}
 
     @property
     def step(self) -> int:
@@ -289,33 +332,43 @@ class Trainer:
     def save(self, metrics: dict | None = None) -> None:
         self.ckpt.save(self.step, self.state, meta=self._meta(), metrics=metrics)
 
-    def _restore(self) -> int | None:
+    def _restore(self, rollback_to: int | None) -> int | None:
         from grpo_jax import checkpoint as ckpt_lib
         from grpo_jax.data import Cursor
 
         if self.ckpt.latest_step() is None:
+            if rollback_to is not None:
+                raise ckpt_lib.CheckpointError(f"--rollback-to {rollback_to}: {self.out_dir} has no checkpoints")
             return None
         target = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), self.state,
                               self.state_shardings)
-        state, meta, step = self.ckpt.restore(target)
+        state, meta, step = self.ckpt.restore(target, step=rollback_to)
         ckpt_lib.check_compatible(meta["config"], to_dict(self.cfg), RESUME_CRITICAL)
-        for newer in [s for s in self.ckpt.steps() if s > step]:  # skipped as corrupt: this run rewrites them
-            self.ckpt.delete(newer)
+        newer = [s for s in self.ckpt.steps() if s > step]
+        if rollback_to is not None and newer:
+            _archive_branch(self.out_dir, step, newer)
+        for s in newer:  # skipped as corrupt, or abandoned by a rollback (archived above): rewritten by this run
+            self.ckpt.delete(s)
         self.state = state
         self.stream.cursor = Cursor.from_dict(meta["cursor"])
+        for name, ctl in self._controls().items():
+            if name in meta.get("controls", {}):
+                ctl.load_state_dict(meta["controls"][name])
         return step
 
     # ------------------------------------------------------------------ one step
     def _prompts(self, rows):
         tokens, mask = self.tokenizer.encode_batch([r["prompt"] for r in rows])
-        return jnp.asarray(tokens), jnp.asarray(mask)
+        return sampler.prepare_prompts(tokens, mask, pad_id=self.tokenizer.pad_id)
 
-    def rollout(self, rows, ids, key, *, group_size, temperature):
+    def rollout(self, rows, key, *, group_size, temperature):
         tokens, mask = self._prompts(rows)
         s = self.cfg.sampling
-        kw = dict(key=key, group_size=group_size, max_new_tokens=s.max_new_tokens, temperature=temperature,
-                  top_k=s.top_k, top_p=s.top_p, eos_ids=(self.tokenizer.eos_id,), pad_id=self.tokenizer.pad_id)
-        ro = sampler.sample(self.model_cfg, self.state.params, tokens, mask, **kw)
+        token_temp = (s.token_entropy_floor, s.token_boost, s.token_max_temperature) if s.token_entropy_floor else None
+        ro = sampler.sample(self.model_cfg, self.state.params, tokens, mask, key=key, group_size=group_size,
+                            max_new_tokens=s.max_new_tokens, temperature=jnp.float32(temperature), top_k=s.top_k,
+                            top_p=s.top_p, eos_ids=(self.tokenizer.eos_id,), pad_id=self.tokenizer.pad_id,
+                            token_temperature=token_temp if temperature > 0 else None)
         return tokens, mask, ro
 
     def score(self, rows, ro):
@@ -324,51 +377,89 @@ class Trainer:
         b, g, _ = toks.shape
         texts = [self.tokenizer.decode(toks[i, j, : lengths[i, j]]) for i in range(b) for j in range(g)]
         samples = [dict(rows[i], response_length=int(lengths[i, j])) for i in range(b) for j in range(g)]
-        r, infos = rewards_lib.evaluate(self.specs, texts, samples)
-        return r.reshape(b, g, -1), texts, infos
+        r, _ = rewards_lib.evaluate(self.specs, texts, samples)
+        return r.reshape(b, g, -1), texts
 
-    def make_batch(self, prompt_tokens, prompt_mask, ro, adv) -> Batch:
+    def collect(self, key, weights):
+        """One step's groups: a single rollout, or DAPO dynamic sampling over up to max_rounds rollouts
+        keeping only groups whose weighted rewards differ. Returns (rows, prompt tokens, mask, rollout, R,
+        texts, metrics)."""
+        from grpo_jax.control import GroupBuffer
+
+        cfg, dyn = self.cfg, self.cfg.dynamic
+        b, temp = cfg.prompts_per_step, self.temp_ctl.value()
+        if not dyn.enabled:
+            rows, _ = self.stream.next()
+            tokens, mask, ro = self.rollout(rows, key, group_size=cfg.sampling.group_size, temperature=temp)
+            r, texts = self.score(rows, ro)
+            return rows, tokens, mask, ro, r, texts, {}
+        draw = int(np.ceil(dyn.oversample * b))
+        buffer, rounds = GroupBuffer(b, dyn.max_rounds), []
+        while not buffer.done:
+            rows = [self.stream.rows[i] for i in self.stream_next(draw)]
+            tokens, mask, ro = self.rollout(rows, jax.random.fold_in(key, len(rounds)),
+                                            group_size=cfg.sampling.group_size, temperature=temp)
+            r, texts = self.score(rows, ro)
+            buffer.add(np.nansum(r * weights, axis=-1))
+            rounds.append((rows, tokens, mask, ro, r, texts))
+        return (*_gather_groups(rounds, buffer.selection(), cfg.sampling.group_size), buffer.metrics())
+
+    def stream_next(self, n: int) -> np.ndarray:
+        from grpo_jax.data import next_indices
+
+        idx, self.stream.cursor = next_indices(len(self.stream.rows), n, self.stream.cursor, seed=self.stream.seed)
+        return idx
+
+    def make_batch(self, prompt_tokens, prompt_mask, ro, adv, entropy_coef: float) -> Batch:
         seq, seq_mask, _ = sampler.full_sequences(prompt_tokens, prompt_mask, ro, pad_id=self.tokenizer.pad_id)
         n = seq.shape[0]
         batch = Batch(tokens=seq, attn_mask=seq_mask, loss_mask=ro.completion_mask.reshape(n, -1).astype(bool),
-                      old_logp=ro.logprobs.reshape(n, -1), advantages=adv.reshape(n))
+                      old_logp=ro.logprobs.reshape(n, -1), advantages=adv.reshape(n),
+                      temperatures=ro.temperatures.reshape(n, -1),
+                      entropy_coef=jnp.full((n,), entropy_coef, jnp.float32))
         data_ways = self.mesh.shape["data"] * self.mesh.shape["fsdp"]
         if n % data_ways == 0:
             batch = jax.tree.map(lambda x: jax.device_put(x, sharding.batch_sharding(self.mesh, x.ndim)), batch)
         return batch
 
-    def step_once(self) -> dict:
+    def step_once(self):
+        """One GRPO step: (metrics, timings, sample texts, R)."""
         cfg, step = self.cfg, self.step
         k_sample, k_update = jax.random.split(jax.random.fold_in(self.run_key, step))
+        change = self.reward_weights.maybe_reload(step)
+        if change:
+            self.logger.event(step, "reward_weights", **_without_step(change))
+        weights = self.reward_weights.at(step)
         t0 = time.perf_counter()
-        rows, ids = self.stream.next()
-        tokens, mask, ro = self.rollout(rows, ids, k_sample, group_size=cfg.sampling.group_size,
-                                        temperature=cfg.sampling.temperature)
-        jax.block_until_ready(ro.tokens)
+        rows, tokens, mask, ro, r, texts, dyn_metrics = self.collect(k_sample, weights)
         t1 = time.perf_counter()
-        r, texts, infos = self.score(rows, ro)
-        t2 = time.perf_counter()
-        adv, diag = advantages_and_diagnostics(jnp.asarray(r), jnp.asarray(self.weights), ro, cfg=cfg.advantage)
-        batch = self.make_batch(tokens, mask, ro, adv)
-        self.state, upd = self.train_step(self.state, batch, k_update)
+        adv, diag = advantages_and_diagnostics(jnp.asarray(r), jnp.asarray(weights), ro, cfg=cfg.advantage)
+        coef = self.entropy_ctl.value(step)
+        self.state, upd = self.train_step(self.state, self.make_batch(tokens, mask, ro, adv, coef), k_update)
         metrics = flatten_metrics({**diag, **upd}, self.dims)
-        t3 = time.perf_counter()
-        metrics.update(self._reward_stats(r))
+        t2 = time.perf_counter()
+        metrics.update(self._reward_stats(r, weights), **dyn_metrics)
+        metrics.update({"control/entropy_coef": coef, "control/temperature": self.temp_ctl.value(),
+                        "repetition/rate": repetition_rate(np.asarray(ro.tokens), np.asarray(ro.lengths))})
+        metrics.update({f"control/weight/{d}": float(w) for d, w in zip(self.dims, weights)})
+        self.entropy_ctl.update(step, metrics["entropy/mean"])
+        self.temp_ctl.update(metrics["entropy/mean"])
         if cfg.ref_reset_every and (step + 1) % cfg.ref_reset_every == 0 and cfg.loss.beta > 0:
             self.state = self.state.replace(ref_params=jax.tree.map(jnp.copy, self.state.params))
         n_tokens = int(np.asarray(ro.lengths).sum())
-        timings = {"time/rollout": t1 - t0, "time/reward": t2 - t1, "time/update": t3 - t2,
-                   "time/step": t3 - t0, "tokens_per_s": n_tokens / max(t1 - t0, 1e-9)}
+        timings = {"time/rollout_and_reward": t1 - t0, "time/update": t2 - t1, "time/step": t2 - t0,
+                   "tokens_per_s": n_tokens / max(t1 - t0, 1e-9)}
         return metrics, timings, texts, r
 
-    def _reward_stats(self, r) -> dict:
-        out = {"reward/total": float(np.nanmean(np.nansum(r * self.weights, axis=-1)))}
+    def _reward_stats(self, r, weights) -> dict:
+        total = np.nansum(r * weights, axis=-1)
+        out = {"reward/total": float(np.nanmean(total))}
         for k, d in enumerate(self.dims):
             out[f"reward/{d}/std"] = float(np.nanstd(r[..., k]))
             out[f"reward/{d}/mean"] = float(np.nanmean(r[..., k]))
         if "format" in self.dims:
             out["format_rate"] = float(np.nanmean(r[..., self.dims.index("format")] >= 1.0))
-        group_var = np.nanvar(np.nansum(r * self.weights, axis=-1), axis=1)
+        group_var = np.nanvar(total, axis=1)
         out["groups/reward_var_mean"] = float(group_var.mean())
         out["groups/zero_var_frac"] = float((group_var < 1e-12).mean())
         return out
@@ -382,7 +473,7 @@ class Trainer:
         scores = []
         for start in range(0, len(rows), batch_size):
             chunk = rows[start : start + batch_size]
-            _, _, ro = self.rollout(chunk, None, jax.random.key(0), group_size=1, temperature=0.0)
+            _, _, ro = self.rollout(chunk, jax.random.key(0), group_size=1, temperature=0.0)
             scores.append(self.score(chunk, ro)[0][:, 0])
         r = np.concatenate(scores)
         out = {"eval/accuracy": float(np.mean(r[:, 0] >= 1.0 - 1e-6)), "eval/score": float(np.mean(r[:, 0]))}
@@ -392,27 +483,39 @@ class Trainer:
 
     # ------------------------------------------------------------------ the loop
     def run(self) -> dict:
-        cfg = self.cfg
-        start_time = time.perf_counter()
+        """Step until cfg.steps or a pausing alarm; returns {"steps", "wall_seconds", "paused"}."""
+        from grpo_jax import monitor
+
+        cfg, start_time, paused = self.cfg, time.perf_counter(), False
         eval_every, ckpt_every = cfg.logging.eval_every, cfg.checkpoint.every
-        if self.step == 0 and cfg.logging.eval_every:
+        if self.step == 0 and eval_every:
             self.logger.log(0, self.evaluate())
-        while self.step < cfg.steps:
+        while self.step < cfg.steps and not paused:
             metrics, timings, texts, _ = self.step_once()
             step = self.step
             last = step == cfg.steps
             if (eval_every and step % eval_every == 0) or last:
                 metrics.update(self.evaluate())
-            if not np.isfinite(metrics.get("loss", 0.0)):
-                warnings.warn(f"step {step}: non-finite loss; the update was skipped")
             self.logger.log(step, metrics, timings=timings)
-            k = cfg.logging.samples_per_step
-            self.logger.log_samples(step, [{"response": t} for t in texts[:k]])
-            if (ckpt_every and step % ckpt_every == 0) or last:
+            self.logger.log_samples(step, [{"response": t} for t in texts[: cfg.logging.samples_per_step]])
+            alarms = self.monitor.observe(step, metrics)
+            paused = monitor.should_pause(alarms)
+            self._report_alarms(step, alarms)
+            if (ckpt_every and step % ckpt_every == 0) or last or paused:
                 self.save(metrics)
         self.logger.close()
         self.ckpt.close()
-        return {"steps": self.step, "wall_seconds": time.perf_counter() - start_time}
+        return {"steps": self.step, "wall_seconds": time.perf_counter() - start_time, "paused": paused}
+
+    def _report_alarms(self, step: int, alarms) -> None:
+        from grpo_jax import monitor
+
+        for a in alarms:
+            self.logger.event(step, "alarm", **_without_step(a.to_dict()))
+            warnings.warn(a.message, stacklevel=2)
+        if monitor.should_pause(alarms):
+            monitor.write_alarm_report(os.path.join(self.out_dir, "alarms", f"step-{step}"), alarms, step)
+            self.logger.event(step, "pause", alarms=[a.rule.key for a in alarms])
 
     def report(self, summary: dict, *, title: str, sections=()) -> tuple[str, str]:
         """PNG plots from metrics.jsonl plus report.md / report.json in the run directory."""
@@ -421,6 +524,53 @@ class Trainer:
         rows = log_lib.read_jsonl(os.path.join(self.out_dir, "metrics.jsonl"))
         plots = log_lib.plot_run(rows, self.out_dir)
         return log_lib.write_report(self.out_dir, summary, title=title, sections=list(sections), plots=plots)
+
+
+def _without_step(info: dict) -> dict:
+    return {k: v for k, v in info.items() if k != "step"}
+
+
+def repetition_rate(tokens_BxGxT: np.ndarray, lengths_BxG: np.ndarray, n: int = 3) -> float:
+    """Mean over completions of the fraction of repeated n-grams (1 - distinct / total); 0 if too short."""
+    rates = []
+    for row, length in zip(tokens_BxGxT.reshape(-1, tokens_BxGxT.shape[-1]), lengths_BxG.reshape(-1)):
+        grams = [tuple(row[i : i + n]) for i in range(int(length) - n + 1)]
+        rates.append(1.0 - len(set(grams)) / len(grams) if grams else 0.0)
+    return float(np.mean(rates)) if rates else 0.0
+
+
+def _gather_groups(rounds, selection, group_size: int):
+    """Concatenate the chosen (round, group) pairs of several rollout rounds into one step's batch."""
+    width = max(r[1].shape[1] for r in rounds)
+
+    def pad_left(x, fill):
+        return jnp.pad(x, ((0, 0), (width - x.shape[1], 0)), constant_values=fill)
+
+    rows, toks, masks, ros, rs, texts = [], [], [], [], [], []
+    for rnd, g in selection:
+        r_rows, r_tok, r_mask, r_ro, r_r, r_texts = rounds[rnd]
+        rows.append(r_rows[g])
+        toks.append(pad_left(r_tok[g : g + 1], 0))
+        masks.append(pad_left(r_mask[g : g + 1], False))
+        ros.append(jax.tree.map(lambda x, g=g: x[g : g + 1], r_ro))
+        rs.append(r_r[g : g + 1])
+        texts.extend(r_texts[g * group_size : (g + 1) * group_size])
+    ro = jax.tree.map(lambda *xs: jnp.concatenate(xs), *ros)
+    return rows, jnp.concatenate(toks), jnp.concatenate(masks), ro, np.concatenate(rs), texts
+
+
+def _archive_branch(out_dir: str, step: int, abandoned: list[int]) -> None:
+    """Before a rollback rewrites history after `step`, keep copies of what it replaces (never lose data)."""
+    import shutil
+
+    dest = os.path.join(out_dir, "branches", f"from-step-{step}-{time.strftime('%Y%m%d-%H%M%S')}")
+    os.makedirs(dest, exist_ok=True)
+    for name in ("metrics.jsonl", "timings.jsonl", "samples.jsonl"):
+        src = os.path.join(out_dir, name)
+        if os.path.exists(src):
+            shutil.copy2(src, dest)
+    for s in abandoned:
+        shutil.copytree(os.path.join(out_dir, "checkpoints", str(s)), os.path.join(dest, "checkpoints", str(s)))
 
 
 def _write_json(path: str, obj) -> None:
@@ -446,6 +596,9 @@ def parse_args(argv=None, *, description: str = "", get_config=None):
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                     help="config override, e.g. --set loss.eps_high=0.28 (repeatable)")
     ap.add_argument("--resume", action="store_true", help="continue from the newest good checkpoint in --out")
+    ap.add_argument("--rollback-to", type=int, default=None, metavar="STEP",
+                    help="restart from the kept checkpoint at STEP (with --set overrides); the run log marks the "
+                         "branch and the abandoned checkpoints/logs are archived under --out/branches/")
     ap.add_argument("--quiet", action="store_true", help="no progress bar")
     args = ap.parse_args(argv)
     cfg = get_config(smoke=args.smoke) if get_config else TrainConfig()
@@ -457,8 +610,15 @@ def parse_args(argv=None, *, description: str = "", get_config=None):
 
 
 def main(argv=None) -> dict:
+    from grpo_jax.monitor import PAUSE_EXIT_CODE
+
     args, cfg = parse_args(argv, description="Run GRPO from a config: python -m grpo_jax.train --out DIR --set ...")
-    return Trainer(cfg, args.out, resume=args.resume, quiet=args.quiet).run()
+    summary = Trainer(cfg, args.out, resume=args.resume, quiet=args.quiet, rollback_to=args.rollback_to).run()
+    if summary["paused"]:
+        print(f"paused by an alarm at step {summary['steps']}: see {args.out}/alarms/; continue with --resume "
+              f"or --rollback-to STEP --set ...", file=sys.stderr)
+        sys.exit(PAUSE_EXIT_CODE)
+    return summary
 
 
 if __name__ == "__main__":

@@ -306,3 +306,14 @@ def test_check_compatible_names_every_differing_key():
                 'advantage.estimator: checkpoint "grpo", now "drgrpo"', "model.n_layers: checkpoint 2, now <missing>"):
         assert key in message
     assert "temperature" not in message and "weights" not in message and "steps" not in message
+
+
+def test_relative_directory_works(tmp_path, monkeypatch):
+    """Run directories are usually given relative (runs/arithmetic); orbax itself insists on absolute paths."""
+    import jax.numpy as jnp
+
+    monkeypatch.chdir(tmp_path)
+    ck = Checkpointer("runs/x/checkpoints")
+    ck.save(1, {"a": jnp.arange(3.0)}, meta={"k": 1})
+    assert ck.steps() == [1] and (tmp_path / "runs" / "x" / "checkpoints" / "1").is_dir()
+    ck.close()

@@ -82,9 +82,9 @@ def test_entropy_coef_validation_names_the_field():
 # ---------------------------------------------------------------- temperature
 
 def test_temperature_rises_on_low_entropy_is_bounded_and_returns_to_base():
-    cfg = TemperatureConfig(mode="adaptive", base=1.0, max_temp=1.2, entropy_floor=0.2, hysteresis=0.1,
+    cfg = TemperatureConfig(mode="adaptive", max_temp=1.2, entropy_floor=0.2, hysteresis=0.1,
                             step_up=0.1, step_down=0.05, window=2)
-    ctl = TemperatureController(cfg)
+    ctl = TemperatureController(cfg, 1.0)
     assert [ctl.update(0.05) for _ in range(3)] == pytest.approx([1.1, 1.2, 1.2])  # capped at max_temp
     assert ctl.update(0.25) == 1.2  # window mean (0.05 + 0.25) / 2 = 0.15 < floor: stays up
     assert ctl.update(0.25) == 1.2  # mean 0.25 in the hysteresis band [0.2, 0.3): hold
@@ -92,14 +92,14 @@ def test_temperature_rises_on_low_entropy_is_bounded_and_returns_to_base():
     tail = [ctl.update(0.5) for _ in range(6)]
     assert tail[:3] == pytest.approx([1.1, 1.05, 1.0]) and tail[-1] == 1.0 and min(tail) == 1.0  # not below base
     assert ctl.update(math.nan) == 1.0
-    fixed = TemperatureController(TemperatureConfig(base=0.7))
+    fixed = TemperatureController(TemperatureConfig(), 0.7)
     assert [fixed.update(0.0) for _ in range(3)] == [0.7, 0.7, 0.7]
 
 
 def test_temperature_ceiling_lowers_to_min_and_recovers():
-    cfg = TemperatureConfig(mode="adaptive", base=1.0, min_temp=0.9, entropy_floor=0.1, entropy_ceiling=2.0,
+    cfg = TemperatureConfig(mode="adaptive", min_temp=0.9, entropy_floor=0.1, entropy_ceiling=2.0,
                             hysteresis=0.1, step_up=0.05, step_down=0.05, window=1)
-    ctl = TemperatureController(cfg)
+    ctl = TemperatureController(cfg, 1.0)
     assert [ctl.update(3.0) for _ in range(3)] == pytest.approx([0.95, 0.9, 0.9])
     assert [ctl.update(1.0) for _ in range(3)] == pytest.approx([0.95, 1.0, 1.0])
 
@@ -109,11 +109,11 @@ def test_temperature_state_round_trip():
     # Low, then high entropy around the split at 11: the restored window still holds lows (mean 0.3 < floor at
     # step 11), so a resume that lost the window would lower the temperature one step early.
     ent = np.concatenate([np.full(11, 0.1), np.full(5, 0.9), np.random.default_rng(2).uniform(0, 1, 20)])
-    a = TemperatureController(cfg)
+    a = TemperatureController(cfg, 1.0)
     want = [a.update(e) for e in ent]
-    b = TemperatureController(cfg)
+    b = TemperatureController(cfg, 1.0)
     got = [b.update(e) for e in ent[:11]]
-    c = TemperatureController(cfg)
+    c = TemperatureController(cfg, 1.0)
     c.load_state_dict(json_round_trip(b.state_dict()))
     assert got + [c.update(e) for e in ent[11:]] == want
     assert len(set(want)) > 2  # the stream moved the temperature

@@ -69,6 +69,26 @@ def test_logprobs_equal_teacher_forcing(rope_kind, temperature, top_k, top_p):
     assert np.all(np.asarray(ro.logprobs)[~np.asarray(m)] == 0)
 
 
+def test_per_token_temperature_logprobs_match_the_distribution_used():
+    """Positions whose entropy is under the floor are sampled hotter; the stored logprobs are those of the
+    boosted distribution, and Rollout.temperatures says which temperature each token used."""
+    cfg, params = _model(scale=8.0)
+    prompt, mask = _prompts()
+    ro = sample(cfg, params, prompt, mask, key=jax.random.key(4), group_size=4, max_new_tokens=8,
+                temperature=0.8, token_temperature=(3.0, 1.5, 1.1))
+    temps = np.asarray(ro.temperatures)[np.asarray(ro.completion_mask) > 0]
+    assert set(np.round(temps.astype(np.float64), 5).tolist()) == {0.8, 1.1}  # both the base and the boosted min(0.8 * 1.5, 1.1) occur
+    logits = _teacher_forced_logits(cfg, params, prompt, mask, ro)
+    logp = jax.nn.log_softmax(logits / ro.temperatures[..., None], axis=-1)
+    want = jnp.take_along_axis(logp, ro.tokens[..., None], axis=-1)[..., 0]
+    m = np.asarray(ro.completion_mask).astype(bool)
+    assert np.abs(np.asarray(ro.logprobs - want))[m].max() <= 1e-5
+    # boosted exactly where the base-temperature entropy is under the floor
+    base_logp = jax.nn.log_softmax(logits / 0.8, axis=-1)
+    base_entropy = -jnp.sum(jnp.exp(base_logp) * base_logp, axis=-1)
+    np.testing.assert_array_equal(np.asarray(ro.temperatures)[m] > 0.9, np.asarray(base_entropy)[m] < 3.0)
+
+
 def test_greedy_equals_argmax_of_full_forward():
     cfg, params = _model()
     prompt, mask = _prompts()

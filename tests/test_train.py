@@ -142,7 +142,8 @@ def test_nan_loss_skips_the_update():
     seq, seq_mask, _ = sampler.full_sequences(prompts, mask, ro)
     adv = jnp.linspace(-1, 1, 16).at[3].set(jnp.nan)  # NaN reaches the loss through one row
     batch = train.Batch(tokens=seq, attn_mask=seq_mask, loss_mask=ro.completion_mask.reshape(16, -1) > 0,
-                        old_logp=ro.logprobs.reshape(16, -1), advantages=adv)
+                        old_logp=ro.logprobs.reshape(16, -1), advantages=adv,
+                        temperatures=ro.temperatures.reshape(16, -1), entropy_coef=jnp.zeros((16,)))
     new_state, metrics = step(state, batch, jax.random.key(2))
     assert float(metrics["skipped"]) == 1.0
     for a, b in zip(_leaves(new_state.params) + _leaves(new_state.opt_state), _leaves(state.params) + _leaves(state.opt_state)):
