@@ -523,7 +523,9 @@ class Trainer:
 
         rows = log_lib.read_jsonl(os.path.join(self.out_dir, "metrics.jsonl"))
         plots = log_lib.plot_run(rows, self.out_dir)
-        return log_lib.write_report(self.out_dir, summary, title=title, sections=list(sections), plots=plots)
+        data = "```\n" + json.dumps(self.data_report, indent=1) + "\n```"
+        sections = list(sections) + [("Data (rows kept by each stage, difficulty strata)", data)]
+        return log_lib.write_report(self.out_dir, summary, title=title, sections=sections, plots=plots)
 
 
 def _without_step(info: dict) -> dict:

@@ -1,0 +1,91 @@
+"""Offline difficulty: estimate each prompt's pass rate under the current model, write it next to the data.
+
+    python -m grpo_jax.difficulty --data train.jsonl --run runs/arithmetic --k 8
+        -> train.passrate.jsonl (every row plus "pass_rate"), and a strata summary on stdout
+
+Then train on the informative band only: `--set task.train_path=train.passrate.jsonl --set
+task.pass_rate_lo=0.1 --set task.pass_rate_hi=0.9`. Prompts the model always or never solves give GRPO
+zero-variance groups (no gradient); filtering them before the run spends the rollouts where learning happens
+(verl PR #6155's pass-rate band). A pass is the task's primary reward (its first dimension) reaching 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+
+import jax
+import numpy as np
+
+from grpo_jax import data as data_lib
+from grpo_jax.config import TrainConfig, from_dict, override
+from grpo_jax.train import Trainer
+
+
+def estimate_pass_rates(trainer: Trainer, rows, *, k: int, seed: int = 0, batch_size: int = 64) -> np.ndarray:
+    """[len(rows)] fraction of k samples (at the run's sampling temperature) whose primary reward is 1."""
+    rates = []
+    key = jax.random.key(seed)
+    for start in range(0, len(rows), batch_size):
+        chunk = rows[start : start + batch_size]
+        _, _, ro = trainer.rollout(chunk, jax.random.fold_in(key, start), group_size=k,
+                                   temperature=trainer.cfg.sampling.temperature)
+        r, _ = trainer.score(chunk, ro)
+        rates.append(np.mean(r[..., 0] >= 1.0 - 1e-6, axis=1))
+    return np.concatenate(rates) if rates else np.zeros(0)
+
+
+def load_policy(trainer: Trainer, run_dir: str, step: int | None = None) -> int:
+    """Put the params of `run_dir`'s checkpoint (newest good one unless `step`) into the trainer."""
+    from grpo_jax.checkpoint import Checkpointer
+
+    ck = Checkpointer(os.path.join(run_dir, "checkpoints"))
+    target = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), trainer.state,
+                          trainer.state_shardings)
+    state, _, used = ck.restore(target, step=step)
+    ck.close()
+    trainer.state = state
+    return used
+
+
+def default_output(path: str) -> str:
+    root, ext = os.path.splitext(path)
+    return f"{root}.passrate{ext or '.jsonl'}"
+
+
+def main(argv=None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data", required=True, help="JSONL of training rows (prompt + reference fields)")
+    ap.add_argument("--run", default=None, help="run directory whose config.json and newest checkpoint to use")
+    ap.add_argument("--step", type=int, default=None, help="checkpoint step (default: newest good)")
+    ap.add_argument("--out", default=None, help="output JSONL (default: <data>.passrate.jsonl beside the data)")
+    ap.add_argument("--k", type=int, default=8, help="samples per prompt")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    args = ap.parse_args(argv)
+    if args.k < 1:
+        ap.error(f"--k must be >= 1, got {args.k}")
+    cfg = TrainConfig()
+    if args.run:
+        import json
+
+        with open(os.path.join(args.run, "config.json")) as f:
+            cfg = from_dict(TrainConfig, json.load(f))
+    cfg = override(cfg, args.overrides + ["logging.progress=false", "logging.tensorboard=false"])
+    rows = data_lib.load_jsonl(args.data)
+    with tempfile.TemporaryDirectory() as scratch:  # the trainer's own logs: never touch the run directory
+        trainer = Trainer(cfg, scratch, quiet=True)
+        step = load_policy(trainer, args.run, args.step) if args.run else None
+        rates = estimate_pass_rates(trainer, rows, k=args.k, seed=args.seed)
+        trainer.logger.close()
+    out = args.out or default_output(args.data)
+    data_lib.write_jsonl(out, [dict(r, pass_rate=float(p)) for r, p in zip(rows, rates)])
+    summary = {"rows": len(rows), "k": args.k, "checkpoint_step": step, "out": out,
+               "strata": data_lib.strata_summary([{"pass_rate": float(p)} for p in rates], "pass_rate")}
+    print(summary)
+    return summary
+
+
+if __name__ == "__main__":
+    main()
