@@ -137,11 +137,11 @@ class ModelSpec:
     preset: str = "tiny"  # models.PRESETS key; ignored when hf_path is set
     hf_path: str = ""  # local HF checkpoint folder (Llama / Qwen2 / Qwen2-VL); "" = preset
     d_model: int = 0  # overrides of the preset's shape; 0 = keep the preset's value
-    n_layers: int = 0
-    n_heads: int = 0
-    n_kv_heads: int = 0
-    head_dim: int = 0
-    mlp_dim: int = 0
+    n_layers: int = 0  # decoder blocks (0 = preset)
+    n_heads: int = 0  # query heads (0 = preset)
+    n_kv_heads: int = 0  # key/value heads, GQA (0 = preset)
+    head_dim: int = 0  # width of one head (0 = preset)
+    mlp_dim: int = 0  # SwiGLU hidden width (0 = preset)
     param_dtype: str = "float32"  # storage dtype of the policy weights
     dtype: str = "float32"  # matmul dtype; logits/softmax/logprobs always float32
 
@@ -211,7 +211,7 @@ class DynamicSamplingConfig:
     """DAPO dynamic sampling: train only on groups whose rewards differ (zero-variance groups carry no
     gradient), drawing extra prompts until the batch is full or the round cap is hit."""
 
-    enabled: bool = False
+    enabled: bool = False  # on: drop zero-variance groups and refill from extra rollouts
     oversample: float = 2.0  # prompts drawn per round = ceil(oversample * prompts_per_step)
     max_rounds: int = 3  # rollout rounds per step, the first included (verl max_num_gen_batches)
 
@@ -226,13 +226,13 @@ class DynamicSamplingConfig:
 class OptimConfig:
     """AdamW with warm-up + constant or cosine schedule and global-norm clipping."""
 
-    lr: float = 1e-4
+    lr: float = 1e-4  # peak learning rate (AdamW)
     schedule: str = "constant"  # "constant" | "cosine" (decays to lr * final_lr_frac at the last step)
-    warmup_steps: int = 0
-    final_lr_frac: float = 0.1
-    b1: float = 0.9
-    b2: float = 0.999
-    weight_decay: float = 0.0
+    warmup_steps: int = 0  # linear warm-up from 0, in optimizer updates
+    final_lr_frac: float = 0.1  # cosine: final lr = lr * final_lr_frac
+    b1: float = 0.9  # Adam beta1
+    b2: float = 0.999  # Adam beta2
+    weight_decay: float = 0.0  # decoupled weight decay (AdamW)
     max_grad_norm: float = 1.0  # 0 = no clipping
 
     def __post_init__(self):
@@ -248,10 +248,10 @@ class MeshConfig:
     """Device mesh (see grpo_jax.sharding)."""
 
     data: int = -1  # -1 = all devices left after fsdp * tensor
-    fsdp: int = 1
-    tensor: int = 1
+    fsdp: int = 1  # parameter-sharding axis (params and optimizer state split over it, batch too)
+    tensor: int = 1  # tensor-parallel axis (heads, MLP, vocab)
     coordinator: str = ""  # "host:port" for jax.distributed (multi-process); "" = single process
-    num_processes: int = 1
+    num_processes: int = 1  # processes in a multi-host run (one per host)
     process_id: int = -1  # -1: from the environment / cluster auto-detection
 
     def __post_init__(self):
@@ -265,17 +265,17 @@ class MeshConfig:
 @dataclasses.dataclass(frozen=True)
 class CheckpointConfig:
     every: int = 50  # save every N steps (and at the end); 0 = only at the end
-    keep_last: int = 3
+    keep_last: int = 3  # newest checkpoints kept
     keep_best: int = 1  # also keep the best N by `best_metric`
-    best_metric: str = "eval/accuracy"
+    best_metric: str = "eval/accuracy"  # metric ranking the kept-best checkpoints (higher is better)
 
 
 @dataclasses.dataclass(frozen=True)
 class LoggingConfig:
     eval_every: int = 50  # held-out greedy evaluation every N steps (and at the end); 0 = only at the end
     samples_per_step: int = 2  # completions written to samples.jsonl per step
-    tensorboard: bool = True
-    progress: bool = True
+    tensorboard: bool = True  # TensorBoard event files under <out>/tb
+    progress: bool = True  # live progress bar on stderr
 
 
 @dataclasses.dataclass(frozen=True)
@@ -379,3 +379,37 @@ def override(cfg, assignments) -> typing.Any:
             raise ValueError(f"override {path!r}: no field {keys[-1]!r}; known: {sorted(node)}")
         node[keys[-1]] = _parse_value(text)
     return from_dict(type(cfg), d)
+
+
+def _field_comments(cls) -> dict[str, str]:
+    """`name: type = default  # comment` -> {name: comment}, read from the class source."""
+    import inspect
+    import re
+
+    out = {}
+    for line in inspect.getsource(cls).splitlines():
+        m = re.match(r"\s+(\w+):[^#]*#\s*(.*)$", line)
+        if m:
+            out[m.group(1)] = m.group(2).strip()
+    return out
+
+
+def config_reference(cfg=None, prefix: str = "") -> list[tuple[str, str, str]]:
+    """(dotted key, default, comment) for every field of TrainConfig, nested sections included."""
+    cfg = TrainConfig() if cfg is None else cfg
+    comments = _field_comments(type(cfg))
+    rows = []
+    for f in dataclasses.fields(cfg):
+        value = getattr(cfg, f.name)
+        if dataclasses.is_dataclass(value):
+            rows += config_reference(value, prefix + f.name + ".")
+        else:
+            shown = "(default rules)" if f.name == "rules" else json.dumps(value, default=str)
+            rows.append((prefix + f.name, shown, comments.get(f.name, "")))
+    return rows
+
+
+if __name__ == "__main__":  # python -m grpo_jax.config  -> the README's config reference table
+    print("| key | default | meaning |\n|---|---|---|")
+    for key, default, comment in config_reference():
+        print(f"| `{key}` | `{default}` | {comment.replace('|', '/')} |")
