@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from grpo_jax.fileio import atomic_write
 from grpo_jax.tokenizer import Tokenizer, pad_rows
 
 Row = dict[str, Any]
@@ -81,18 +80,11 @@ def load_jsonl(path: str | Path, *, required: Sequence[str] = ("prompt",)) -> li
 
 def write_jsonl(path: str | Path, rows: Iterable[Mapping[str, Any]]) -> None:
     """Write rows atomically (temp file in the same folder, then rename): a crash never leaves half a file."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            for row in rows:
-                f.write(json.dumps(row, ensure_ascii=False) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    def write(f):
+        for row in rows:
+            f.write((json.dumps(row, ensure_ascii=False) + "\n").encode("utf-8"))
+
+    atomic_write(path, write)
 
 
 # ------------------------------------------------------------------------------------ batch stream

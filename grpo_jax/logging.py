@@ -24,7 +24,6 @@ import functools
 import json
 import math
 import os
-import tempfile
 import time
 import urllib.parse
 from typing import IO, Any, Callable, Iterable
@@ -34,6 +33,7 @@ from tensorboardX import FileWriter
 from tensorboardX.proto.event_pb2 import Event, SessionLog
 from tensorboardX.proto.summary_pb2 import Summary
 from tqdm import tqdm
+from grpo_jax.fileio import atomic_write
 
 Row = dict[str, Any]
 
@@ -157,7 +157,7 @@ def plot_run(rows: list[Row], out_dir: str) -> list[str]:
         fig = Figure(figsize=(7, 4), layout="constrained")
         if draw(fig, rows):
             path = os.path.join(plot_dir, f"{name}.png")
-            _atomic_write(path, functools.partial(fig.savefig, format="png", dpi=100))
+            atomic_write(path, functools.partial(fig.savefig, format="png", dpi=100))
             paths.append(path)
     return paths
 
@@ -177,8 +177,8 @@ def write_report(out_dir: str, summary: dict, *, title: str, sections: Iterable[
         lines += ["## Plots", ""]
         lines += [_image(p, out_dir) + "\n" for p in plots]
     md_path, json_path = os.path.join(out_dir, "report.md"), os.path.join(out_dir, "report.json")
-    _atomic_write(md_path, _text("\n".join(lines).rstrip() + "\n"))
-    _atomic_write(json_path, _text(json.dumps(_plain(summary), sort_keys=True, indent=2) + "\n"))
+    atomic_write(md_path, _text("\n".join(lines).rstrip() + "\n"))
+    atomic_write(json_path, _text(json.dumps(_plain(summary), sort_keys=True, indent=2) + "\n"))
     return md_path, json_path
 
 
@@ -239,7 +239,7 @@ def _keep_rows(path: str, keep: Callable[[Row], bool]) -> int:
     with open(path, encoding="utf-8") as f:
         unchanged = f.read() == "".join(kept)
     if not unchanged:
-        _atomic_write(path, _text("".join(kept)))
+        atomic_write(path, _text("".join(kept)))
     return len(parsed) - len(kept)
 
 
@@ -259,21 +259,6 @@ def _prepare_files(out_dir: str, resume_step: int | None) -> dict[str, int]:
 
 def _text(s: str) -> Callable[[IO[bytes]], None]:
     return lambda f: f.write(s.encode("utf-8"))
-
-
-def _atomic_write(path: str, write: Callable[[IO[bytes]], Any]) -> None:
-    """Writes via a temp file in the same directory + os.replace: readers see the old or the new file."""
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path) or ".", prefix=f".{os.path.basename(path)}.",
-                               suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
 
 
 def _open_tensorboard(tb_dir: str, resume_step: int | None) -> FileWriter:

@@ -16,11 +16,11 @@ import dataclasses
 import json
 import math
 import os
-import tempfile
 from collections import deque
 from collections.abc import Iterable, Mapping
 
 import numpy as np
+from grpo_jax.fileio import atomic_write_text
 
 PAUSE_EXIT_CODE = 75  # sysexits.h EX_TEMPFAIL: "try again later", distinct from success (0) and crashes (1)
 
@@ -218,22 +218,6 @@ def should_pause(alarms: Iterable[Alarm]) -> bool:
     return any(a.rule.action == "pause" for a in alarms)
 
 
-def _atomic_write(path: str, text: str) -> None:
-    """Write-then-rename in the same folder: a reader (or a crash) never sees half a report."""
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=os.path.basename(path))
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-
-
 def _markdown(alarms: list[Alarm], step: int) -> str:
     verdict = "the run paused" if should_pause(alarms) else "the run continues"
     lines = [f"# Alarm report, step {step}", "", f"{len(alarms)} alarm(s); {verdict}.", ""]
@@ -252,6 +236,6 @@ def write_alarm_report(path: str, alarms: Iterable[Alarm], step: int) -> tuple[s
     base, ext = os.path.splitext(path)
     base = base if ext in (".md", ".json") else path
     payload = {"step": int(step), "paused": should_pause(alarms), "alarms": [a.to_dict() for a in alarms]}
-    _atomic_write(base + ".json", json.dumps(payload, indent=2, allow_nan=False) + "\n")
-    _atomic_write(base + ".md", _markdown(alarms, step))
+    atomic_write_text(base + ".json", json.dumps(payload, indent=2, allow_nan=False) + "\n")
+    atomic_write_text(base + ".md", _markdown(alarms, step))
     return base + ".md", base + ".json"

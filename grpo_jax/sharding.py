@@ -130,6 +130,8 @@ def host_local_to_global(x, mesh: Mesh):
 def to_host(x) -> np.ndarray:
     """Fully gather a (possibly multi-process) array to every host as NumPy."""
     if isinstance(x, jax.Array) and not x.is_fully_addressable:
+        if x.is_fully_replicated:
+            return np.asarray(x.addressable_data(0))
         from jax.experimental import multihost_utils
 
         return np.asarray(multihost_utils.process_allgather(x, tiled=True))

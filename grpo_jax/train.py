@@ -28,6 +28,7 @@ import models
 from grpo_jax import advantages as adv_lib
 from grpo_jax import diagnostics, losses, sampler, sharding
 from grpo_jax import rewards as rewards_lib
+from grpo_jax.fileio import atomic_write_text
 from grpo_jax.config import RESUME_CRITICAL, TrainConfig, to_dict
 from models.config import ModelConfig
 
@@ -219,7 +220,7 @@ def flatten_metrics(metrics: dict, dims: list[str]) -> dict[str, float]:
     """Scalars as they are; [K] per-dimension vectors as "<group>/<dim>/<stat>"; other arrays dropped."""
     out = {}
     for name, value in metrics.items():
-        v = np.asarray(value)
+        v = sharding.to_host(value)
         if v.ndim == 0:
             out[name] = float(v)
         elif v.shape == (len(dims),) and name in ("reward/mean", "reward/zero_var_frac_per_dim", "reward/adv_corr"):
@@ -274,11 +275,13 @@ class Trainer:
         self.state = state
         start = self._restore(rollback_to) if (resume or rollback_to is not None) else None
         os.makedirs(out_dir, exist_ok=True)
-        self.logger = log_lib.RunLogger(out_dir, total_steps=cfg.steps, tensorboard=cfg.logging.tensorboard,
-                                        progress=cfg.logging.progress and not quiet, resume_step=start)
+        log_dir = out_dir if jax.process_index() == 0 else os.path.join(out_dir, f"process-{jax.process_index()}")
+        self.logger = log_lib.RunLogger(log_dir, total_steps=cfg.steps, tensorboard=cfg.logging.tensorboard,
+                                        progress=cfg.logging.progress and not quiet and log_dir == out_dir,
+                                        resume_step=start)
         if rollback_to is not None:
             self.logger.event(start, "rollback", to_step=start, config=to_dict(cfg))
-        if start is None:
+        if start is None and jax.process_index() == 0:
             _write_json(os.path.join(out_dir, "config.json"), to_dict(cfg))
             self.logger.event(0, "data", **self.data_report)
 
@@ -373,7 +376,7 @@ class Trainer:
 
     def score(self, rows, ro):
         """R [B, G, K] and the decoded responses (host side)."""
-        toks, lengths = np.asarray(ro.tokens), np.asarray(ro.lengths)
+        toks, lengths = sharding.to_host(ro.tokens), sharding.to_host(ro.lengths)  # gathered across processes
         b, g, _ = toks.shape
         texts = [self.tokenizer.decode(toks[i, j, : lengths[i, j]]) for i in range(b) for j in range(g)]
         samples = [dict(rows[i], response_length=int(lengths[i, j])) for i in range(b) for j in range(g)]
@@ -440,13 +443,13 @@ class Trainer:
         t2 = time.perf_counter()
         metrics.update(self._reward_stats(r, weights), **dyn_metrics)
         metrics.update({"control/entropy_coef": coef, "control/temperature": self.temp_ctl.value(),
-                        "repetition/rate": repetition_rate(np.asarray(ro.tokens), np.asarray(ro.lengths))})
+                        "repetition/rate": repetition_rate(sharding.to_host(ro.tokens), sharding.to_host(ro.lengths))})
         metrics.update({f"control/weight/{d}": float(w) for d, w in zip(self.dims, weights)})
         self.entropy_ctl.update(step, metrics["entropy/mean"])
         self.temp_ctl.update(metrics["entropy/mean"])
         if cfg.ref_reset_every and (step + 1) % cfg.ref_reset_every == 0 and cfg.loss.beta > 0:
             self.state = self.state.replace(ref_params=jax.tree.map(jnp.copy, self.state.params))
-        n_tokens = int(np.asarray(ro.lengths).sum())
+        n_tokens = int(sharding.to_host(ro.lengths).sum())
         timings = {"time/rollout_and_reward": t1 - t0, "time/update": t2 - t1, "time/step": t2 - t0,
                    "tokens_per_s": n_tokens / max(t1 - t0, 1e-9)}
         return metrics, timings, texts, r
@@ -576,10 +579,7 @@ def _archive_branch(out_dir: str, step: int, abandoned: list[int]) -> None:
 
 
 def _write_json(path: str, obj) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(obj, f, indent=2, sort_keys=True)
-    os.replace(tmp, path)
+    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True))
 
 
 def parse_args(argv=None, *, description: str = "", get_config=None):

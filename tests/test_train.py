@@ -183,3 +183,41 @@ def test_2x2x2_mesh_matches_single_device(tmp_path):
     np.testing.assert_allclose(many["losses"], one["losses"], atol=1e-5)
     for a, b in zip(many["params"], one["params"]):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-5)
+
+
+DIST_SCRIPT = textwrap.dedent("""
+    import json, sys
+    import jax
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    jax.config.update("jax_num_cpu_devices", 2)
+    pid, port, items, out = int(sys.argv[1]), sys.argv[2], json.loads(sys.argv[3]), sys.argv[4]
+    jax.distributed.initialize(f"127.0.0.1:{port}", num_processes=2, process_id=pid)
+    from grpo_jax import train
+    from grpo_jax.config import TrainConfig, override
+    assert jax.device_count() == 4 and jax.local_device_count() == 2
+    tr = train.Trainer(override(TrainConfig(), items), out, quiet=True)
+    losses = [tr.step_once()[0]["loss"] for _ in range(2)]
+    print(json.dumps({"losses": losses, "pid": pid}))
+""")
+
+
+def test_two_processes_with_jax_distributed_match_one_process(tmp_path):
+    """Two CPU processes x 2 devices (a stand-in for a pod) run 2 steps and agree with one process."""
+    import socket
+
+    items = TINY + ["model.n_heads=4", "model.n_kv_heads=4", "model.head_dim=16", "model.d_model=64"]
+    one = _mesh_run(tmp_path, "one", 1, "mesh.data=1")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    env.pop("XLA_FLAGS", None)
+    procs = [subprocess.Popen([sys.executable, "-c", DIST_SCRIPT, str(i), str(port), json.dumps(items + ["mesh.data=4"]),
+                               str(tmp_path / "dist")], env=env, cwd=ROOT, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for i in range(2)]
+    outs = [p.communicate(timeout=900) for p in procs]
+    for p, (so, se) in zip(procs, outs):
+        assert p.returncode == 0, se[-3000:]
+    results = [json.loads(so.strip().splitlines()[-1]) for so, _ in outs]
+    for r in results:
+        np.testing.assert_allclose(r["losses"], one["losses"], atol=1e-5)

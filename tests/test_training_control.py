@@ -15,7 +15,7 @@ from grpo_jax import train
 from grpo_jax.config import override
 from grpo_jax.logging import read_jsonl
 from grpo_jax.monitor import PAUSE_EXIT_CODE
-from tests.test_train import ROOT, TINY, tiny_config
+from tests.test_train import ROOT, _run, tiny_config
 
 
 def _mean_last(rows, key, n=2):
@@ -46,16 +46,9 @@ def test_adaptive_temperature_reacts_to_low_entropy(tmp_path):
     assert temps == pytest.approx([1.0, 1.1, 1.2, 1.25])
 
 
-def _cli(out, *extra):
-    cmd = [sys.executable, "-m", "grpo_jax.train", "--out", str(out), "--quiet"]
-    for item in TINY + list(extra):
-        cmd += ["--set", item]
-    return cmd
-
-
 def test_pause_alarm_checkpoints_reports_exits_and_resumes(tmp_path):
     rule = json.dumps([{"metric": "reward/total", "kind": "above", "threshold": -1.0, "action": "pause"}])
-    out = subprocess.run(_cli(tmp_path, "steps=4", f"monitor.rules={rule}"), cwd=ROOT, capture_output=True,
+    out = subprocess.run(_run(tmp_path, "steps=4", f"monitor.rules={rule}"), cwd=ROOT, capture_output=True,
                          text=True, timeout=600)
     assert out.returncode == PAUSE_EXIT_CODE, out.stderr[-2000:]
     assert sorted(os.listdir(tmp_path / "checkpoints")) == ["1"]  # paused right after step 1, saved there
@@ -64,7 +57,7 @@ def test_pause_alarm_checkpoints_reports_exits_and_resumes(tmp_path):
     events = [e["kind"] for e in read_jsonl(str(tmp_path / "events.jsonl"))]
     assert "pause" in events
     # resume without the rule: continues at step 2 and finishes
-    done = subprocess.run(_cli(tmp_path, "steps=4", "monitor.rules=[]") + ["--resume"], cwd=ROOT,
+    done = subprocess.run(_run(tmp_path, "steps=4", "monitor.rules=[]") + ["--resume"], cwd=ROOT,
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     steps = [r["step"] for r in read_jsonl(str(tmp_path / "metrics.jsonl"))]
