@@ -34,6 +34,7 @@ def _parse(argv):
     ap.add_argument("--preset", default=c["preset"], help="models preset (the HF side needs bench_qwen2_tiny)")
     ap.add_argument("--platform", default=c["platform"], help="cpu | gpu | tpu")
     ap.add_argument("--no-hf", dest="hf", action="store_false", help="skip the transformers baseline")
+    ap.add_argument("--pmap", action="store_true", help="split prompts with sample_pmap instead of a mesh")
     return ap.parse_args(argv)
 
 
@@ -85,7 +86,15 @@ def main(argv=None) -> dict:
         devices = jax.local_devices()
         tokens = jnp.asarray(prompts % cfg.vocab_size)
         mask = jnp.ones((b, p), jnp.int32)
-        fn = sample_pmap if len(devices) > 1 else sample
+        fn = sample_pmap if args.pmap else sample
+        if not args.pmap:  # prompts split over a data mesh, params replicated: one SPMD program
+            from grpo_jax import sharding
+            from grpo_jax.config import MeshConfig
+
+            mesh = sharding.make_mesh(MeshConfig())
+            params = sharding.shard_params(params, mesh)
+            tokens = jax.device_put(tokens, sharding.batch_sharding(mesh, 2))
+            mask = jax.device_put(mask, sharding.batch_sharding(mesh, 2))
         counter = [0]
 
         def run_ours():
