@@ -319,8 +319,9 @@ class Trainer:
                 "reward_weights": self.reward_weights}
 
     def set_params(self, params) -> None:
-        """Start GRPO from these params (e.g. after a warm start): fresh optimizer, reference = params."""
-        params = sharding.shard_params(params, self.mesh)
+        """Start GRPO from these params (e.g. after a warm start): fresh optimizer, reference = params.
+        The params are copied: the train step donates its state, and the caller may reuse what it passed."""
+        params = jax.tree.map(jnp.copy, sharding.shard_params(params, self.mesh))
         self.state = init_state(params, self.optimizer, keep_reference=self.cfg.loss.beta > 0)
 
     # ------------------------------------------------------------------ checkpoints

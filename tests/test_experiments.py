@@ -35,3 +35,39 @@ def test_greedy_demo_runs():
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "greedy continuation" in out.stdout
+
+
+def _study_smoke(script, tmp_path, columns):
+    out = subprocess.run([sys.executable, f"experiments/{script}", "--smoke", "--quiet", "--out", str(tmp_path)],
+                         cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stderr[-3000:]
+    study = json.loads((tmp_path / "results.json").read_text())
+    for arm, runs in study["results"].items():
+        assert len(runs) == 1 and all(c in runs[0] for c in columns), (arm, runs)
+    md = (tmp_path / "results.md").read_text()
+    assert all(arm in md for arm in study["results"]) and os.path.exists(tmp_path / "plots")
+    return study
+
+
+def test_ablate_advantages_smoke(tmp_path):
+    study = _study_smoke("ablate_advantages.py", tmp_path, ["quality_final", "format_rate_final", "collapse_ratio",
+                                                            "corr_quality", "corr_format", "corr_length"])
+    assert set(study["results"]) == {"grpo", "gdpo"}
+
+
+def test_entropy_collapse_smoke(tmp_path):
+    study = _study_smoke("entropy_collapse.py", tmp_path, ["quality_final", "entropy_first", "entropy_final",
+                                                           "fit_a", "fit_b", "fit_r2"])
+    assert set(study["results"]) == {"none", "adaptive_temperature"}
+
+
+def test_entropy_law_fit_recovers_known_coefficients():
+    import numpy as np
+
+    sys.path.insert(0, os.path.join(ROOT, "experiments"))
+    from entropy_collapse import fit_entropy_law
+
+    h = np.linspace(0.1, 1.0, 20)
+    r = -0.3 * np.exp(h) + 1.2  # a = 0.3, b = 1.2 exactly
+    fit = fit_entropy_law(h, r)
+    assert abs(fit["fit_a"] - 0.3) < 1e-9 and abs(fit["fit_b"] - 1.2) < 1e-9 and fit["fit_r2"] > 0.999999

@@ -1,0 +1,110 @@
+"""Shared runner for multi-arm, multi-seed studies (the estimator ablation, the entropy-collapse study).
+
+Per seed, one supervised warm start is shared by every arm (same starting policy, so arms differ only in
+what the arm changes); each arm is then a GRPO run in `<out>/<arm>/seed<k>/` with its own report files.
+The study writes `<out>/results.json`, `<out>/results.md` and comparison plots under `<out>/plots/`.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import numpy as np  # noqa: E402
+
+from grpo_jax.config import TrainConfig, override  # noqa: E402
+
+
+def run_study(base: TrainConfig, arms: dict[str, list[str]], *, seeds, out: str, sft: dict, quiet: bool,
+              summarize) -> dict:
+    """Train every (arm, seed); `summarize(rows) -> dict` turns one run's metrics into its figures."""
+    from grpo_jax.logging import read_jsonl
+    from grpo_jax.sft import warm_start
+    from grpo_jax.train import Trainer
+
+    results = {arm: [] for arm in arms}
+    start = time.perf_counter()
+    sft = dict(sft)
+    n_valid = sft.pop("n_valid", 100)
+    for seed in seeds:
+        seed_cfg = override(base, [f"seed={seed}"])
+        warm = Trainer(override(seed_cfg, ["logging.tensorboard=false"]), os.path.join(out, "warm_start", f"seed{seed}"),
+                       quiet=True)
+        valid = warm.task.generate("valid", n_valid, seed)
+        sft_summary = warm_start(warm, valid, seed=seed, log=(lambda *_: None), **sft)
+        params = warm.state.params
+        warm.logger.close()
+        for arm, overrides in arms.items():
+            run_dir = os.path.join(out, arm, f"seed{seed}")
+            trainer = Trainer(override(seed_cfg, overrides), run_dir, quiet=quiet)
+            trainer.set_params(params)
+            trainer.run()
+            figures = summarize(read_jsonl(os.path.join(run_dir, "metrics.jsonl")))
+            figures.update(seed=seed, sft_steps=sft_summary["sft_steps"])
+            results[arm].append(figures)
+            if not quiet:
+                print(f"{arm} seed {seed}: {figures}")
+    return {"results": results, "seeds": list(seeds), "wall_seconds": time.perf_counter() - start}
+
+
+def last_mean(rows: list[dict], key: str, n: int = 20) -> float:
+    """Mean of a metric over the last n steps that report it (nan if none)."""
+    values = [r[key] for r in rows if key in r and isinstance(r[key], (int, float))][-n:]
+    return float(np.mean(values)) if values else float("nan")
+
+
+def table(results: dict, columns: list[str]) -> str:
+    """Markdown table: one row per arm, mean +- std over seeds of each column."""
+    lines = ["| arm | " + " | ".join(columns) + " |", "|---|" + "---|" * len(columns)]
+    for arm, runs in results.items():
+        cells = []
+        for c in columns:
+            v = np.array([r[c] for r in runs], float)
+            cells.append(f"{np.nanmean(v):.3f} +- {np.nanstd(v):.3f}" if len(v) > 1 else f"{v[0]:.3f}")
+        lines.append(f"| {arm} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def plot_curves(out: str, arms, key: str, ylabel: str, name: str) -> str:
+    """One line per arm (mean over seeds) of a metric against the step."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from grpo_jax.logging import read_jsonl
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for arm in arms:
+        curves = []
+        for seed_dir in sorted(os.listdir(os.path.join(out, arm))):
+            rows = [r for r in read_jsonl(os.path.join(out, arm, seed_dir, "metrics.jsonl")) if key in r]
+            curves.append([(r["step"], r[key]) for r in rows])
+        n = min(len(c) for c in curves)
+        if n:
+            steps = [s for s, _ in curves[0][:n]]
+            ax.plot(steps, np.mean([[v for _, v in c[:n]] for c in curves], axis=0), label=arm)
+    ax.set_xlabel("step")
+    ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    os.makedirs(os.path.join(out, "plots"), exist_ok=True)
+    path = os.path.join(out, "plots", f"{name}.png")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def write_study(out: str, study: dict, *, title: str, columns: list[str], plots: list[str], notes: str) -> None:
+    import json
+
+    from grpo_jax.fileio import atomic_write_text
+
+    md = [f"# {title}", "", notes, "", table(study["results"], columns), ""]
+    md += [f"![{os.path.basename(p)}](plots/{os.path.basename(p)})" for p in plots]
+    atomic_write_text(os.path.join(out, "results.md"), "\n".join(md) + "\n")
+    atomic_write_text(os.path.join(out, "results.json"), json.dumps(study, indent=2, sort_keys=True, default=float))
