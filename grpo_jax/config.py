@@ -158,6 +158,7 @@ class TaskConfig:
     name: str = "arithmetic"  # grpo_jax.tasks.TASKS key (supplies tokenizer, rewards, solutions)
     options: tuple = ()  # task options as (key, value) pairs, e.g. (("digits", 3),)
     train_path: str = ""  # JSONL of training rows; "" = generate `n_train` rows from the task
+    eval_path: str = ""  # JSONL of held-out rows (first n_eval used); "" = the task's "heldout" split
     n_train: int = 20_000  # generated training rows
     n_eval: int = 500  # held-out rows (the task's "heldout" split, never trained on)
     pass_rate_lo: float = 0.0  # keep training rows with pass_rate in [lo, hi] (rows need "pass_rate",

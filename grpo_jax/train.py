@@ -293,8 +293,11 @@ class Trainer:
         cfg = self.cfg
         self.task = tasks_lib.get_task(cfg.task.name, **dict(cfg.task.options))
         self.tokenizer = self.task.tokenizer()
-        rows = data_lib.load_jsonl(cfg.task.train_path) if cfg.task.train_path else self.task.generate(
-            "train", cfg.task.n_train, cfg.seed)
+        required = self.task.required_fields
+        if cfg.task.train_path:
+            rows = data_lib.load_jsonl(cfg.task.train_path, required=required)
+        else:
+            rows = self.task.generate("train", cfg.task.n_train, cfg.seed)
         self.data_report = {"rows": len(rows), "strata": data_lib.strata_summary(rows)}
         if (cfg.task.pass_rate_lo, cfg.task.pass_rate_hi) != (0.0, 1.0):
             rows, band = data_lib.filter_by_pass_rate(rows, cfg.task.pass_rate_lo, cfg.task.pass_rate_hi)
@@ -302,7 +305,10 @@ class Trainer:
             if not rows:
                 raise ValueError(f"task.pass_rate_lo/hi = [{cfg.task.pass_rate_lo}, {cfg.task.pass_rate_hi}] "
                                  f"keeps no training row ({band})")
-        self.eval_rows = self.task.generate("heldout", cfg.task.n_eval, cfg.seed) if cfg.task.n_eval else []
+        if cfg.task.eval_path:
+            self.eval_rows = data_lib.load_jsonl(cfg.task.eval_path, required=required)[: cfg.task.n_eval]
+        else:
+            self.eval_rows = self.task.generate("heldout", cfg.task.n_eval, cfg.seed) if cfg.task.n_eval else []
         self.stream = data_lib.PromptStream(rows, cfg.prompts_per_step, cfg.seed)
 
     def _build_controls(self) -> None:

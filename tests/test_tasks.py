@@ -11,7 +11,7 @@ from grpo_jax.rewards import RewardSpec, evaluate, format_reward, math_reward, t
 from grpo_jax.tasks import SPLITS, TASKS, ArithmeticTask, get_task, split_of
 from grpo_jax.tasks.translation import LEXICON, SOURCE_WORDS, TARGET_WORDS
 
-NAMES = sorted(TASKS)
+NAMES = sorted(n for n in TASKS if n != "jsonl_math")  # the synthetic tasks; jsonl_math reads files
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -112,3 +112,13 @@ def test_get_task_options_and_errors():
         TASKS["arithmetic"].generate("test", 1, seed=0)
     with pytest.raises(ValueError, match="problem space is too small"):
         get_task("arithmetic", digits=1).generate("heldout", 50, seed=0)  # ~5 of 100 problems are held out
+
+
+def test_jsonl_math_task_reads_files_and_says_so():
+    task = get_task("jsonl_math")
+    with pytest.raises(ValueError, match="task.train_path"):
+        task.generate("train", 10, seed=0)
+    with pytest.raises(ValueError, match="tokenizer_path"):
+        task.tokenizer()
+    assert task.required_fields == ("prompt", "answer")
+    assert [s["name"] for s in task.reward_specs()] == ["math", "format"]

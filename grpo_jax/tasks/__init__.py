@@ -15,20 +15,23 @@ from typing import Any, Mapping
 
 from grpo_jax.tasks.arithmetic import ArithmeticTask
 from grpo_jax.tasks.base import SPLITS, Row, Task, split_of
+from grpo_jax.tasks.jsonl_math import JsonlMathTask
 from grpo_jax.tasks.translation import TranslationTask
 
-TASKS: Mapping[str, Task] = MappingProxyType({"arithmetic": ArithmeticTask(), "translation": TranslationTask()})
+TASKS: Mapping[str, Task] = MappingProxyType(
+    {"arithmetic": ArithmeticTask(), "translation": TranslationTask(), "jsonl_math": JsonlMathTask()}
+)
 
 
 def get_task(name: str, **options: Any) -> Task:
     """The registered task `name`, with its dataclass fields (e.g. digits, op) overridden by `options`."""
     if name not in TASKS:
         raise ValueError(f"unknown task {name!r}; known tasks: {', '.join(sorted(TASKS))}")
-    fields = {f.name for f in dataclasses.fields(TASKS[name])} - {"name"}  # type: ignore[arg-type]
+    fields = {f.name for f in dataclasses.fields(TASKS[name])} - {"name", "required_fields"}  # type: ignore[arg-type]
     unknown = set(options) - fields
     if unknown:
         raise ValueError(f"task {name!r} got unknown options {sorted(unknown)}; accepted: {sorted(fields)}")
     return dataclasses.replace(TASKS[name], **options)  # type: ignore[type-var]
 
 
-__all__ = ["SPLITS", "TASKS", "ArithmeticTask", "Row", "Task", "TranslationTask", "get_task", "split_of"]
+__all__ = ["SPLITS", "TASKS", "ArithmeticTask", "JsonlMathTask", "Row", "Task", "TranslationTask", "get_task", "split_of"]

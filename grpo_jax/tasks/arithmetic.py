@@ -42,6 +42,7 @@ class ArithmeticTask:
     digits: int = 3  # operand width; 1 digit leaves too few problems for distinct splits of any size
     op: str = "+"  # one of "+", "-", "*"
     name: str = "arithmetic"
+    required_fields: tuple[str, ...] = ("prompt", "answer")
 
     def __post_init__(self) -> None:
         if isinstance(self.digits, bool) or not isinstance(self.digits, int) or not 1 <= self.digits <= 18:

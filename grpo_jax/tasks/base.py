@@ -29,6 +29,7 @@ class Task(Protocol):
     """A verifiable task: seeded rows, the ideal completion, a fitting tokenizer, and its rewards."""
 
     name: str
+    required_fields: tuple[str, ...]  # fields every row needs (checked when rows are loaded from JSONL)
 
     def generate(self, split: str, n: int, seed: int) -> list[Row]: ...
 

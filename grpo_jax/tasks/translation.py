@@ -40,6 +40,7 @@ class TranslationTask:
     min_words: int = 2
     max_words: int = 6
     name: str = "translation"
+    required_fields: tuple[str, ...] = ("prompt", "references")
 
     def __post_init__(self) -> None:
         if not 1 <= self.min_words <= self.max_words:
