@@ -35,7 +35,7 @@ from models.config import ModelConfig
 
 @flax.struct.dataclass
 class TrainState:
-    step: jax.Array  # [] int32: optimizer steps taken (== GRPO steps when mu = minibatches = 1)
+    step: jax.Array  # [] int32: GRPO steps taken (each makes mu * minibatches optimizer updates)
     params: Any
     opt_state: Any
     ref_params: Any  # frozen reference policy; {} when beta == 0 (nothing held)
@@ -152,7 +152,7 @@ def make_train_step(model_cfg: ModelConfig, cfg: TrainConfig, optimizer: optax.G
         new_params = optax.apply_updates(params, updates)
         params, opt_state = _tree_where(finite, new_params, params), _tree_where(finite, new_opt, opt_state)
         out = {"loss": jnp.where(finite, loss, 0.0), "grad_norm": jnp.where(finite, grad_norm, 0.0),
-               "skipped": (~finite).astype(jnp.float32), "updates": jnp.float32(1.0)}
+               "skipped": (~finite).astype(jnp.float32)}
         return (params, opt_state), (out, metrics)
 
     def train_step(state: TrainState, batch: Batch, key: jax.Array):
@@ -337,7 +337,7 @@ class Trainer:
 
     @property
     def step(self) -> int:
-        return int(self.state.step) // (self.cfg.mu * self.cfg.minibatches)
+        return int(self.state.step)
 
     def save(self, metrics: dict | None = None) -> None:
         self.ckpt.save(self.step, self.state, meta=self._meta(), metrics=metrics)

@@ -221,3 +221,15 @@ def test_two_processes_with_jax_distributed_match_one_process(tmp_path):
     results = [json.loads(so.strip().splitlines()[-1]) for so, _ in outs]
     for r in results:
         np.testing.assert_allclose(r["losses"], one["losses"], atol=1e-5)
+
+
+def test_inner_epochs_and_minibatches_count_grpo_steps(tmp_path):
+    """mu = 2 epochs x 2 minibatches = 4 optimizer updates per GRPO step; steps still count rollouts."""
+    tr = train.Trainer(tiny_config("steps=2", "mu=2", "minibatches=2", "microbatches=2"), str(tmp_path), quiet=True)
+    tr.run()
+    from grpo_jax.logging import read_jsonl
+
+    rows = read_jsonl(str(tmp_path / "metrics.jsonl"))
+    assert [r["step"] for r in rows] == [1, 2]
+    assert rows[0]["num_seqs"] == 2 * 16  # both epochs saw all 16 rows (4 prompts x G=4)
+    assert tr.step == 2
