@@ -10,7 +10,9 @@ Reported on a held-out split the training never sees (500 problems, greedy decod
 warm start (accuracy_sft) and after GRPO (accuracy_final, accuracy_best), format compliance, the entropy
 curve (entropy_first -> entropy_final) and the fraction of zero-variance groups. Settings follow NOTES.md:
 width 128, 2 layers; warm start stopped at 30% validation accuracy; 32 prompts x G=8, temperature 1,
-lr 1e-4, beta 0, eps 0.2, one update per rollout, reward = correct + 0.1 x format.
+lr 1e-4, beta 0, eps 0.2, one update per rollout, reward = correct + 0.1 x format, DAPO dynamic sampling
+(64 prompts drawn per step, the 32 groups used are those whose rewards differ; without it seed 2 gained
+only +12.8 points in 600 steps).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ def get_config(smoke: bool = False) -> TrainConfig:
         "model.preset=tiny", "model.d_model=128", "model.n_layers=2", "model.n_heads=4", "model.n_kv_heads=4",
         "model.head_dim=32", "model.mlp_dim=384", "optim.lr=1e-4", "loss.beta=0.0", "task.name=arithmetic",
         "task.n_train=20000", "task.n_eval=500", "logging.eval_every=100", "checkpoint.every=100",
+        "dynamic.enabled=true", "dynamic.oversample=2.0", "dynamic.max_rounds=1",
     ])
     if smoke:
         cfg = override(cfg, ["steps=2", "prompts_per_step=4", "sampling.group_size=4", "task.n_train=200",
