@@ -28,6 +28,7 @@ import jax.numpy as jnp
 import models
 from grpo_jax.control import per_token_temperature
 from models.config import ModelConfig
+from models.rope import text_positions
 
 NEG_INF = -1e30
 
@@ -131,7 +132,7 @@ def _prefill(cfg: ModelConfig, params, prompt_BxP, mask_BxP, *, group_size: int,
     prompt lengths [B*G])."""
     b, p = prompt_BxP.shape
     lengths = jnp.sum(mask_BxP, axis=-1).astype(jnp.int32)
-    pos = jnp.maximum(jnp.cumsum(mask_BxP, axis=-1) - 1, 0)
+    pos = text_positions(mask_BxP)
     cache = models.init_cache(cfg, b, p + max_new_tokens, aligned=True)  # left-aligned rows share one index
     logits, cache = models.forward(cfg, params, prompt_BxP, rope_positions(cfg, pos), attn_mask=mask_BxP,
                                    cache=cache)

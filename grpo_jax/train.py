@@ -31,6 +31,7 @@ from grpo_jax import rewards as rewards_lib
 from grpo_jax.fileio import atomic_write_text
 from grpo_jax.config import RESUME_CRITICAL, TrainConfig, to_dict
 from models.config import ModelConfig
+from models.rope import text_positions
 
 
 @flax.struct.dataclass
@@ -89,7 +90,7 @@ def learning_rate(cfg: TrainConfig, count) -> jax.Array:
 def completion_logprobs(model_cfg: ModelConfig, params, tokens, attn_mask, n_completion: int, temperature):
     """Teacher-forced logprobs and entropies [N, T] of the last T tokens under softmax(logits / temperature);
     temperature is a scalar or per token [N, T] (as the sampler recorded it)."""
-    pos = jnp.maximum(jnp.cumsum(attn_mask, axis=-1) - 1, 0)
+    pos = text_positions(attn_mask)
     logits, _ = models.forward(model_cfg, params, tokens, sampler.rope_positions(model_cfg, pos), attn_mask=attn_mask)
     t = jnp.asarray(temperature, jnp.float32)
     t = jnp.where(t > 0, t, 1.0)

@@ -89,13 +89,14 @@ def apply_rope(x_BxTxNxH: jnp.ndarray, cos_BxTxH: jnp.ndarray, sin_BxTxH: jnp.nd
 
 
 # --------------------------------------------------------------------------------------------------
-# Position-id builders (host side, NumPy)
+# Position-id builders
 # --------------------------------------------------------------------------------------------------
 
-def text_positions(mask_BxT: np.ndarray) -> np.ndarray:
-    """1D positions for a left- or right-padded batch: 0, 1, ... over real tokens, 0 on padding."""
-    mask = np.asarray(mask_BxT).astype(np.int64)
-    return np.where(mask > 0, np.cumsum(mask, axis=-1) - 1, 0).astype(np.int32)
+def text_positions(mask_BxT) -> jnp.ndarray:
+    """1D positions for a left- or right-padded batch: 0, 1, ... over real tokens, 0 on padding.
+    Jittable; also takes NumPy masks."""
+    mask = jnp.asarray(mask_BxT).astype(jnp.int32)
+    return jnp.where(mask > 0, jnp.cumsum(mask, axis=-1) - 1, 0).astype(jnp.int32)
 
 
 def mrope_token_types(input_ids: np.ndarray, *, image_token_id: int, video_token_id: int) -> np.ndarray:
