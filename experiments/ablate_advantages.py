@@ -19,7 +19,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from study import last_mean, plot_curves, run_study, write_study  # noqa: E402
+from study import last_mean, plot_curves, run_study, study_settings, write_study  # noqa: E402
 
 from grpo_jax.config import TrainConfig, override  # noqa: E402
 
@@ -62,10 +62,7 @@ def main(argv=None) -> dict:
     from grpo_jax.train import parse_args
 
     args, cfg = parse_args(argv, description=__doc__, get_config=get_config)
-    out = args.out if args.out != "runs/grpo" else "runs/ablate_advantages"
-    seeds = [cfg.seed] if args.smoke else [cfg.seed, cfg.seed + 1, cfg.seed + 2]
-    sft = dict(target_accuracy=1.1, max_steps=4 if args.smoke else 300, batch_size=16 if args.smoke else 128,
-               lr=1e-3, eval_every=4 if args.smoke else 300, n_valid=8 if args.smoke else 100)
+    out, seeds, sft = study_settings(args, cfg, "runs/ablate_advantages")
     arms = {e: [f"advantage.estimator={e}"] for e in (ESTIMATORS[:2] if args.smoke else ESTIMATORS)}
     study = run_study(cfg, arms, seeds=seeds, out=out, sft=sft, quiet=args.quiet, summarize=summarize)
     plots = [plot_curves(out, arms, "eval/score", "held-out chrF quality", "quality"),

@@ -19,7 +19,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import numpy as np  # noqa: E402
 from ablate_advantages import get_config as ablation_config  # noqa: E402
-from study import last_mean, plot_curves, run_study, write_study  # noqa: E402
+from study import last_mean, plot_curves, run_study, study_settings, write_study  # noqa: E402
 
 from grpo_jax.config import TrainConfig, override  # noqa: E402
 
@@ -66,10 +66,7 @@ def main(argv=None) -> dict:
     from grpo_jax.train import parse_args
 
     args, cfg = parse_args(argv, description=__doc__, get_config=get_config)
-    out = args.out if args.out != "runs/grpo" else "runs/entropy_collapse"
-    seeds = [cfg.seed] if args.smoke else [cfg.seed, cfg.seed + 1, cfg.seed + 2]
-    sft = dict(target_accuracy=1.1, max_steps=4 if args.smoke else 300, batch_size=16 if args.smoke else 128,
-               lr=1e-3, eval_every=4 if args.smoke else 300, n_valid=8 if args.smoke else 100)
+    out, seeds, sft = study_settings(args, cfg, "runs/entropy_collapse")
     arms = {k: v for k, v in ARMS.items() if not args.smoke or k in ("none", "adaptive_temperature")}
     study = run_study(cfg, arms, seeds=seeds, out=out, sft=sft, quiet=args.quiet, summarize=summarize)
     plots = [plot_curves(out, arms, "entropy/mean", "mean token entropy (nats)", "entropy"),

@@ -18,6 +18,16 @@ import numpy as np  # noqa: E402
 from grpo_jax.config import TrainConfig, override  # noqa: E402
 
 
+def study_settings(args, cfg: TrainConfig, default_out: str):
+    """(out dir, seeds, warm-start settings) shared by the studies: 3 seeds and a fixed 300-step warm start
+    (the same for every arm), or one seed and a few steps with --smoke."""
+    out = args.out if args.out != "runs/grpo" else default_out
+    seeds = [cfg.seed] if args.smoke else [cfg.seed, cfg.seed + 1, cfg.seed + 2]
+    sft = dict(target_accuracy=1.1, max_steps=4 if args.smoke else 300, batch_size=16 if args.smoke else 128,
+               lr=1e-3, eval_every=4 if args.smoke else 300, n_valid=8 if args.smoke else 100)
+    return out, seeds, sft
+
+
 def run_study(base: TrainConfig, arms: dict[str, list[str]], *, seeds, out: str, sft: dict, quiet: bool,
               summarize) -> dict:
     """Train every (arm, seed); `summarize(rows) -> dict` turns one run's metrics into its figures."""
