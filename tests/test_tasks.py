@@ -8,10 +8,10 @@ import operator
 import pytest
 
 from grpo_jax.rewards import RewardSpec, evaluate, format_reward, math_reward, translation_reward
-from grpo_jax.tasks import SPLITS, TASKS, ArithmeticTask, get_task, split_of
+from grpo_jax.tasks import SPLITS, SYNTHETIC, TASKS, ArithmeticTask, get_task, split_of
 from grpo_jax.tasks.translation import LEXICON, SOURCE_WORDS, TARGET_WORDS
 
-NAMES = sorted(n for n in TASKS if n != "jsonl_math")  # the synthetic tasks; jsonl_math reads files
+NAMES = list(SYNTHETIC)
 
 
 @pytest.mark.parametrize("name", NAMES)

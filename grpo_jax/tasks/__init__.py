@@ -23,6 +23,9 @@ TASKS: Mapping[str, Task] = MappingProxyType(
 )
 
 
+SYNTHETIC = ("arithmetic", "translation")  # tasks that generate their own rows (jsonl_math reads files)
+
+
 def get_task(name: str, **options: Any) -> Task:
     """The registered task `name`, with its dataclass fields (e.g. digits, op) overridden by `options`."""
     if name not in TASKS:
@@ -34,4 +37,4 @@ def get_task(name: str, **options: Any) -> Task:
     return dataclasses.replace(TASKS[name], **options)  # type: ignore[type-var]
 
 
-__all__ = ["SPLITS", "TASKS", "ArithmeticTask", "JsonlMathTask", "Row", "Task", "TranslationTask", "get_task", "split_of"]
+__all__ = ["SPLITS", "SYNTHETIC", "TASKS", "ArithmeticTask", "JsonlMathTask", "Row", "Task", "TranslationTask", "get_task", "split_of"]
