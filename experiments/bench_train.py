@@ -1,7 +1,7 @@
 """Seconds per full GRPO step (rollout + reference forward + update) on the sampler benchmark's work.
 
     python experiments/bench_train.py                  # tiny Qwen2, 8 prompts x G=8, 16 + 128 tokens, f32
-    python experiments/bench_train.py --devices 1
+    python experiments/bench_train.py --devices 2      # two XLA CPU devices (slower for the update here)
     python experiments/bench_train.py --preset qwen2.5-0.5b --dtype bfloat16 --platform gpu
 
 Work (NOTES.md, TRL's GRPOTrainer measured ~2.1 s/step for it here): tiny Qwen2 (vocab 512, hidden 256,
@@ -20,7 +20,7 @@ import time
 
 
 def get_config() -> dict:
-    return dict(prompts=8, group=8, prompt_len=16, new_tokens=128, repeats=5, devices=2, dtype="float32",
+    return dict(prompts=8, group=8, prompt_len=16, new_tokens=128, repeats=5, devices=1, dtype="float32",
                 preset="bench_qwen2_tiny", platform="cpu")
 
 
