@@ -400,14 +400,14 @@ class Trainer:
         cfg, dyn = self.cfg, self.cfg.dynamic
         b, temp = cfg.prompts_per_step, self.temp_ctl.value()
         if not dyn.enabled:
-            rows, _ = self.stream.next()
+            rows = self.next_rows(b)
             tokens, mask, ro = self.rollout(rows, key, group_size=cfg.sampling.group_size, temperature=temp)
             r, texts = self.score(rows, ro)
             return rows, tokens, mask, ro, r, texts, {}
         draw = int(np.ceil(dyn.oversample * b))
         buffer, rounds = GroupBuffer(b, dyn.max_rounds), []
         while not buffer.done:
-            rows = [self.stream.rows[i] for i in self.stream_next(draw)]
+            rows = self.next_rows(draw)
             tokens, mask, ro = self.rollout(rows, jax.random.fold_in(key, len(rounds)),
                                             group_size=cfg.sampling.group_size, temperature=temp)
             r, texts = self.score(rows, ro)
@@ -415,11 +415,12 @@ class Trainer:
             rounds.append((rows, tokens, mask, ro, r, texts))
         return (*_gather_groups(rounds, buffer.selection(), cfg.sampling.group_size), buffer.metrics())
 
-    def stream_next(self, n: int) -> np.ndarray:
+    def next_rows(self, n: int) -> list:
+        """The next n training rows; advances the resumable cursor (one place for both sampling modes)."""
         from grpo_jax.data import next_indices
 
         idx, self.stream.cursor = next_indices(len(self.stream.rows), n, self.stream.cursor, seed=self.stream.seed)
-        return idx
+        return [self.stream.rows[i] for i in idx]
 
     def make_batch(self, prompt_tokens, prompt_mask, ro, adv, entropy_coef: float) -> Batch:
         seq, seq_mask, _ = sampler.full_sequences(prompt_tokens, prompt_mask, ro, pad_id=self.tokenizer.pad_id)
