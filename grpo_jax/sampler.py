@@ -7,8 +7,10 @@ Shape of the work (B prompts, G completions each, T = max_new_tokens):
    a power-of-two bucket P, so varied prompt lengths compile a bounded number of times.
 2. One jitted prefill over the B prompts writes a KV cache of P + T slots; the cache and the last logits
    are then repeated G times (prefill once per prompt, not once per row).
-3. One jitted `lax.while_loop` decodes all B*G rows together and stops as soon as every row has emitted an
-   EOS or T tokens; no host sync per token. The cache is donated to it.
+3. One jitted decode over all B*G rows: a few `lax.while_loop`s in sequence, chunk c covering steps
+   [c*C, (c+1)*C) over a cache grown (padded) to P + (c+1)*C slots before it starts, so attention never
+   reads the slots no step can have filled yet; it stops as soon as every row has emitted an EOS or T
+   tokens; no host sync per token. Within a chunk the cache is loop state, updated in place.
 
 Randomness: row (b, g) draws step t from `fold_in(fold_in(fold_in(key, prompt_index[b]), g), t)`, so the
 same (params, prompts, key) gives the same rollout on one device, under `pmap` or on a sharded mesh.
@@ -128,12 +130,12 @@ def rope_positions(cfg: ModelConfig, pos_BxT: jax.Array) -> jax.Array:
 
 @functools.partial(jax.jit, static_argnames=("cfg", "group_size", "max_new_tokens"))
 def _prefill(cfg: ModelConfig, params, prompt_BxP, mask_BxP, *, group_size: int, max_new_tokens: int):
-    """Prefill each prompt once, then repeat for its G rows: (cache [B*G, P+T slots], last logits [B*G, V],
-    prompt lengths [B*G])."""
+    """Prefill each prompt once, then repeat for its G rows: (cache [B*G, P slots; decode grows it], last
+    logits [B*G, V], prompt lengths [B*G])."""
     b, p = prompt_BxP.shape
     lengths = jnp.sum(mask_BxP, axis=-1).astype(jnp.int32)
     pos = text_positions(mask_BxP)
-    cache = models.init_cache(cfg, b, p + max_new_tokens, aligned=True)  # left-aligned rows share one index
+    cache = models.init_cache(cfg, b, p, aligned=True)  # left-aligned rows share one write index
     logits, cache = models.forward(cfg, params, prompt_BxP, rope_positions(cfg, pos), attn_mask=mask_BxP,
                                    cache=cache)
     repeat = lambda x: jnp.repeat(x, group_size, axis=0) if x.ndim else x  # noqa: E731
@@ -150,12 +152,12 @@ def row_keys(key: jax.Array, prompt_ids_B: jax.Array, group_size: int) -> jax.Ar
 @functools.partial(
     jax.jit,
     static_argnames=("cfg", "max_new_tokens", "top_k", "top_p", "eos_ids", "pad_id", "token_temperature"),
-    donate_argnames=("cache",),
 )
 def _decode(cfg: ModelConfig, params, cache, logits0_RxV, start_pos_R, keys_R, temperature, *,
             max_new_tokens: int, top_k: int, top_p: float, eos_ids: tuple, pad_id: int, token_temperature: tuple):
-    """The while_loop over decode steps for R = B*G rows: (token/logprob/entropy arrays [R, T] / [R], final
-    cache). The cache is donated and returned, so XLA updates it in place instead of copying it."""
+    """The decode loops (one per chunk, `decode_chunks`) for R = B*G rows: (token/logprob/entropy arrays
+    [R, T] / [R], final cache of P + T slots). The prompt cache comes in with P slots and is grown before
+    each chunk; inside a loop it is carried state that XLA updates in place."""
     logits0, start_pos = logits0_RxV, start_pos_R
     r, t_max = logits0.shape[0], max_new_tokens
     eos = jnp.asarray(eos_ids if eos_ids else (-1,), jnp.int32)
@@ -166,10 +168,6 @@ def _decode(cfg: ModelConfig, params, cache, logits0_RxV, start_pos_R, keys_R, t
         floor, boost, t_hi = token_temperature
         return per_token_temperature(logits, base_temperature=temperature, entropy_floor=floor, boost=boost,
                                      max_temperature=t_hi)
-
-    def cond(state):
-        t, done = state[0], state[1]
-        return (t < t_max) & ~jnp.all(done)
 
     def body(state):
         t, done, logits, cache, toks, lps, ents, temps = state
@@ -200,8 +198,22 @@ def _decode(cfg: ModelConfig, params, cache, logits0_RxV, start_pos_R, keys_R, t
         jnp.zeros((r, t_max), jnp.float32),
         jnp.broadcast_to(jnp.asarray(temperature, jnp.float32), (r, t_max)),
     )
-    _, done, _, cache, toks, lps, ents, temps = jax.lax.while_loop(cond, body, init)
+    prompt_slots = cache["mask"].shape[1]
+    state = init
+    for end in decode_chunks(t_max):  # each chunk's cache holds the slots it can fill, no more
+        state = state[:3] + (models.grow_cache(state[3], prompt_slots + end),) + state[4:]
+        cond = lambda s, end=end: (s[0] < end) & ~jnp.all(s[1])  # noqa: E731
+        state = jax.lax.while_loop(cond, body, state)
+    _, done, _, cache, toks, lps, ents, temps = state
     return _finish(toks, lps, ents, eos) + (temps,), cache
+
+
+def decode_chunks(max_new_tokens: int, max_chunks: int = 4, min_chunk: int = 32) -> list[int]:
+    """End step of each decode chunk: up to `max_chunks` equal chunks of at least `min_chunk` steps. More
+    chunks skip more empty cache slots but compile more loop bodies (PERF.md: 4 x 32 for T = 128)."""
+    n = max(1, min(max_chunks, max_new_tokens // min_chunk))
+    size = -(-max_new_tokens // n)
+    return [min(max_new_tokens, size * (i + 1)) for i in range(n)]
 
 
 def _finish(toks_RxT, lps, ents, eos):

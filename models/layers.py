@@ -42,15 +42,17 @@ def split_qkv(cfg: ModelConfig, qkv_BxTxC: jnp.ndarray):
     return q, k, v, gate
 
 
-def attend(cfg: ModelConfig, q_BxTxNxH, k_BxKxSxH, v_BxKxSxH, mask_BxTxS) -> jnp.ndarray:
+def attend(cfg: ModelConfig, q_BxTxNxH, k_BxKxHxS, v_BxKxSxH, mask_BxTxS) -> jnp.ndarray:
     """Grouped-query softmax attention; scores and softmax in float32. Returns [B, T, N*H].
 
-    Keys and values come head-major ([B, K, S, H], the cache layout) so both products are plain batched
-    matmuls over (B, K) and the cache is never transposed."""
+    Keys and values come head-major in the cache layout (keys [B, K, H, S], values [B, K, S, H]), so both
+    products are plain batched matmuls over (B, K) and the cache is never transposed."""
     b, t, n, h = q_BxTxNxH.shape
     kv = cfg.n_kv_heads
     q = q_BxTxNxH.reshape(b, t, kv, n // kv, h)
-    scores = jnp.einsum("btkgh,bksh->bkgts", q, k_BxKxSxH, preferred_element_type=jnp.float32)
+    if t == 1:  # decode: multiply-and-reduce, which XLA fuses into two streaming loops over the cache
+        return _attend_one(q[:, 0], k_BxKxHxS, v_BxKxSxH, mask_BxTxS[:, 0]).reshape(b, 1, n * h)
+    scores = jnp.einsum("btkgh,bkhs->bkgts", q, k_BxKxHxS, preferred_element_type=jnp.float32)
     scores = scores * (h**-0.5)
     scores = jnp.where(mask_BxTxS[:, None, None, :, :], scores, MASK_VALUE)
     probs = jax.nn.softmax(scores, axis=-1).astype(v_BxKxSxH.dtype)
@@ -58,9 +60,25 @@ def attend(cfg: ModelConfig, q_BxTxNxH, k_BxKxSxH, v_BxKxSxH, mask_BxTxS) -> jnp
     return out.reshape(b, t, n * h)
 
 
+def _attend_one(q_BxKxGxH, k_BxKxHxS, v_BxKxSxH, mask_BxS) -> jnp.ndarray:
+    """One query per row against the cache, as broadcast multiply + reduce rather than a batched matmul:
+    with one query the (B*K) little [G, H] x [H, S] products cost more in per-call overhead than in
+    arithmetic on a CPU, while the fused elementwise form streams the cache once. Keys are stored [H, S]
+    so both reductions run over a non-minor axis (vector adds, no horizontal sums). Measured per layer on
+    the benchmark work: 1,024 us (einsum, [S, H] keys) -> 309 us (this, [S, H] keys) -> 207 us ([H, S]
+    keys); see experiments/PERF.md. Returns [B, K, G, H]."""
+    f32 = jnp.float32
+    h = q_BxKxGxH.shape[-1]
+    scores = jnp.sum(q_BxKxGxH[..., None].astype(f32) * k_BxKxHxS[:, :, None].astype(f32), axis=3)
+    scores = jnp.where(mask_BxS[:, None, None, :], scores * (h**-0.5), MASK_VALUE)  # [B, K, G, S]
+    probs = jax.nn.softmax(scores, axis=-1)
+    out = jnp.sum(probs[..., None] * v_BxKxSxH[:, :, None, :, :].astype(f32), axis=3)
+    return out.astype(v_BxKxSxH.dtype)
+
+
 def attention_block(cfg, p, x_BxTxD, cos, sin, mask_BxTxS, kv_cache=None, write_index_B=None):
     """Pre-norm attention with residual. With a cache, new k/v are written at write_index and attention
-    runs over the whole fixed-size cache (the mask hides unwritten slots). Returns (x, new kv cache)."""
+    runs over the whole cache (the mask hides unwritten slots). Returns (x, new kv cache)."""
     dtype = cfg.jnp_dtype
     h = rms_norm(x_BxTxD, p["attn_norm"], cfg.norm_eps)
     qkv = dense(h, p["qkv"], dtype)
@@ -71,8 +89,8 @@ def attention_block(cfg, p, x_BxTxD, cos, sin, mask_BxTxS, kv_cache=None, write_
     if kv_cache is None:  # teacher forcing / training: XLA's fused-friendly attention, fast backward
         y = jax.nn.dot_product_attention(q, k, v, mask=mask_BxTxS[:, None]).reshape(q.shape[0], q.shape[1], -1)
     else:
-        k = write_cache(kv_cache["k"], k.transpose(0, 2, 1, 3), write_index_B, axis=2)  # [B, K, S, H]
-        v = write_cache(kv_cache["v"], v.transpose(0, 2, 1, 3), write_index_B, axis=2)
+        k = write_cache(kv_cache["k"], k.transpose(0, 2, 3, 1), write_index_B, axis=3)  # [B, K, H, S]
+        v = write_cache(kv_cache["v"], v.transpose(0, 2, 1, 3), write_index_B, axis=2)  # [B, K, S, H]
         kv_cache = {"k": k, "v": v}
         y = attend(cfg, q, k, v, mask_BxTxS)
     if gate is not None:

@@ -5,7 +5,7 @@ Params are a plain pytree:
 (`lm_head` absent when embeddings are tied).
 
 KV cache (one layout, fixed size, passed in and returned):
-    {"layers": [{"k": [B, K, S, H], "v": [B, K, S, H]}, ...],   -- head-major: no transpose per step
+    {"layers": [{"k": [B, K, H, S], "v": [B, K, S, H]}, ...],   -- head-major, keys slot-minor (PERF.md)
      "end_index": [B] int32  -- next slot to write in each row ([] when all rows advance together),
      "mask": [B, S] bool     -- slots that hold a real (non-padding) token}
 Prefill writes T slots per row at end_index and advances it by T; decode writes one. A query in slot i
@@ -64,12 +64,32 @@ def init_cache(cfg: ModelConfig, batch: int, max_len: int, *, dtype=None, aligne
     writes the same number of slots to every row (left-padded prompts, then one token per step), and it
     turns the per-row scatter into a single slice update."""
     dtype = cfg.jnp_dtype if dtype is None else dtype
-    shape = (batch, cfg.n_kv_heads, max_len, cfg.head_dim)
+    k_shape = (batch, cfg.n_kv_heads, cfg.head_dim, max_len)
+    v_shape = (batch, cfg.n_kv_heads, max_len, cfg.head_dim)
     return {
-        "layers": [{"k": jnp.zeros(shape, dtype), "v": jnp.zeros(shape, dtype)} for _ in range(cfg.n_layers)],
+        "layers": [{"k": jnp.zeros(k_shape, dtype), "v": jnp.zeros(v_shape, dtype)} for _ in range(cfg.n_layers)],
         "end_index": jnp.zeros(() if aligned else (batch,), jnp.int32),
         "mask": jnp.zeros((batch, max_len), bool),
     }
+
+
+def grow_cache(cache: dict, max_len: int) -> dict:
+    """The same cache with room for max_len slots (new slots empty and masked out): lets a decoder start
+    with a short cache and lengthen it in a few steps, so attention never streams slots no token has
+    reached yet (the sampler's decode chunks, PERF.md)."""
+    extra = max_len - cache["mask"].shape[1]
+    if extra < 0:
+        raise ValueError(f"grow_cache: cache already has {cache['mask'].shape[1]} slots > max_len {max_len}")
+    if extra == 0:
+        return cache
+
+    def pad(x, axis):
+        widths = [(0, 0)] * x.ndim
+        widths[axis] = (0, extra)
+        return jnp.pad(x, widths)
+
+    return {"layers": [{"k": pad(kv["k"], 3), "v": pad(kv["v"], 2)} for kv in cache["layers"]],
+            "end_index": cache["end_index"], "mask": pad(cache["mask"], 1)}
 
 
 def forward(

@@ -92,6 +92,34 @@ def test_prefill_then_cached_decode_equals_full_forward(name):
     assert step._cache_size() == 2  # one prefill shape, one decode shape
 
 
+def test_cache_grown_between_steps_gives_the_same_logits():
+    """The sampler starts from a prompt-sized cache and grows it before each decode chunk: a cache grown
+    from exactly the prompt to 7 then 10 slots must give the logits of a cache allocated at 10 (the new
+    slots are empty and masked out; a wrong pad axis would misplace keys and change them)."""
+    cfg, params = _setup("rope")
+    b, prompt_len = 2, 4
+    tokens = jax.random.randint(jax.random.key(5), (b, prompt_len + 6), 0, cfg.vocab_size)
+    pos = _positions(cfg, np.broadcast_to(np.arange(prompt_len + 6), (b, prompt_len + 6)))
+    fwd = jax.jit(lambda t, q, c: models.forward(cfg, params, t, q, cache=c))
+
+    def decode(cache, grow_at):
+        _, cache = fwd(tokens[:, :prompt_len], pos[..., :prompt_len], cache)
+        outs = []
+        for t in range(prompt_len, prompt_len + 6):
+            if t in grow_at:
+                cache = models.grow_cache(cache, grow_at[t])
+            logits, cache = fwd(tokens[:, t : t + 1], pos[..., t : t + 1], cache)
+            outs.append(np.asarray(logits))
+        return np.concatenate(outs, axis=1), cache
+
+    fixed, _ = decode(models.init_cache(cfg, b, 10, aligned=True), {})
+    grown, cache = decode(models.init_cache(cfg, b, prompt_len, aligned=True), {4: 7, 7: 10})
+    np.testing.assert_allclose(grown, fixed, atol=1e-5)  # summation order differs with the cache length
+    assert cache["mask"].shape == (b, 10) and cache["layers"][0]["k"].shape[-1] == 10
+    with pytest.raises(ValueError, match="max_len"):
+        models.grow_cache(cache, 8)
+
+
 def test_forward_compiles_once_per_shape():
     cfg, params = _setup("rope")
     fwd = jax.jit(lambda p, t, q: models.forward(cfg, p, t, q)[0])

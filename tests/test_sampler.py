@@ -255,3 +255,13 @@ def test_pmap_and_mesh_sharded_sampler_match_single_device():
     assert res["pmap_equal"] and res["mesh_equal"], res
     assert res["pmap_logp_diff"] <= 1e-5 and res["mesh_logp_diff"] <= 1e-5, res
     assert "tensor" in res["sharded"] and res["lengths_varied"]
+
+
+def test_decode_chunks_cover_every_step_once():
+    """Chunk ends are increasing, the last is T, and no chunk is shorter than min_chunk unless T is."""
+    for t in (1, 7, 31, 32, 40, 64, 100, 128, 512):
+        ends = sampler.decode_chunks(t)
+        assert ends[-1] == t and all(a < b for a, b in zip([0] + ends, ends))
+        assert len(ends) <= 4
+        if t >= 32:
+            assert min(b - a for a, b in zip([0] + ends, ends)) >= 32 or len(ends) == 1
