@@ -2,13 +2,17 @@
 
     python experiments/bench_train.py                  # tiny Qwen2, 8 prompts x G=8, 16 + 128 tokens, f32
     python experiments/bench_train.py --devices 2      # two XLA CPU devices (slower for the update here)
+    python experiments/bench_train.py --microbatches 8 # gradient accumulation in 8 slices (same update)
+    python experiments/bench_train.py --d-model 1024 --mlp-dim 2752 --head-dim 128 --new-tokens 112
+                                                       # compute-bound width: 64 x 128 = 8k tokens per update
     python experiments/bench_train.py --preset qwen2.5-0.5b --dtype bfloat16 --platform gpu
 
 Work (NOTES.md, TRL's GRPOTrainer measured ~2.1 s/step for it here): tiny Qwen2 (vocab 512, hidden 256,
 MLP 688, 4 layers, 8/2 heads, tied), 8 prompts x G=8, 16-token prompts, 128 new tokens (EOS suppressed),
 beta = 0.04 (k3 KL to a frozen reference), one update per rollout. Rewards are random numbers: scoring is
-not part of this figure. The update's FLOPs are counted from the shapes (3x the forward: forward +
-backward), and set against a float32 matmul peak this script measures itself (2048^3 jnp.dot).
+not part of this figure. The update's FLOPs are counted from the shapes (`grpo_jax.perf`: 3x the forward,
+forward + backward, attention over all L^2 pairs), and set against a matmul peak this script measures
+itself (2048^3 jnp.dot in the run's dtype).
 """
 
 from __future__ import annotations
@@ -20,35 +24,18 @@ import time
 
 
 def get_config() -> dict:
-    return dict(prompts=8, group=8, prompt_len=16, new_tokens=128, repeats=5, devices=1, dtype="float32",
-                preset="bench_qwen2_tiny", platform="cpu")
-
-
-def forward_flops(cfg, n_rows: int, seq_len: int) -> float:
-    """Matmul FLOPs of one teacher-forced forward over n_rows x seq_len tokens (attention over full L)."""
-    d, f = cfg.d_model, cfg.mlp_dim
-    per_token = cfg.n_layers * (d * (cfg.q_dim + 2 * cfg.kv_dim) + cfg.q_dim * d + 3 * d * f) + d * cfg.vocab_size
-    attention = cfg.n_layers * 2 * seq_len * seq_len * cfg.n_heads * cfg.head_dim  # QK^T and PV per row
-    return 2.0 * (n_rows * seq_len * per_token + n_rows * attention)
-
-
-def matmul_peak(jax, jnp, dtype="float32", n: int = 2048, repeats: int = 5) -> float:
-    a = jnp.ones((n, n), dtype)
-    f = jax.jit(lambda x: x @ x)
-    f(a).block_until_ready()
-    times = []
-    for _ in range(repeats):
-        s = time.perf_counter()
-        f(a).block_until_ready()
-        times.append(time.perf_counter() - s)
-    return 2 * n**3 / min(times)
+    return dict(prompts=8, group=8, prompt_len=16, new_tokens=128, repeats=5, devices=1, microbatches=1,
+                dtype="float32", preset="bench_qwen2_tiny", platform="cpu", d_model=0, mlp_dim=0, head_dim=0)
 
 
 def main(argv=None) -> dict:
     c = get_config()
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    for k in ("prompts", "group", "prompt_len", "new_tokens", "repeats", "devices"):
-        ap.add_argument("--" + k.replace("_", "-"), type=int, default=c[k])
+    for k in ("prompts", "group", "prompt_len", "new_tokens", "repeats", "devices", "microbatches", "d_model",
+              "mlp_dim", "head_dim"):
+        ap.add_argument("--" + k.replace("_", "-"), type=int, default=c[k],
+                        help="model shape override (0 = the preset's)" if k in ("d_model", "mlp_dim", "head_dim")
+                        else None)
     ap.add_argument("--dtype", default=c["dtype"], choices=["float32", "bfloat16"])
     ap.add_argument("--preset", default=c["preset"])
     ap.add_argument("--platform", default=c["platform"])
@@ -62,20 +49,22 @@ def main(argv=None) -> dict:
     import numpy as np
 
     import models
-    from grpo_jax import sampler, sharding, train
+    from grpo_jax import perf, sampler, sharding, train
     from grpo_jax.config import TrainConfig, override
 
+    perf.tune_host_allocator()
     b, g, p, n = args.prompts, args.group, args.prompt_len, args.new_tokens
-    cfg = override(TrainConfig(), [f"prompts_per_step={b}", f"sampling.group_size={g}",
+    cfg = override(TrainConfig(), [f"prompts_per_step={b}", f"sampling.group_size={g}", f"microbatches={args.microbatches}",
                                    f"sampling.max_new_tokens={n}", "loss.beta=0.04", "steps=1000"])
-    model_cfg = models.preset(args.preset, param_dtype=args.dtype, dtype=args.dtype)
+    shape = {k: getattr(args, k) for k in ("d_model", "mlp_dim", "head_dim") if getattr(args, k)}
+    model_cfg = models.preset(args.preset, param_dtype=args.dtype, dtype=args.dtype, **shape)
     mesh = sharding.make_mesh(cfg.mesh)
     params = sharding.init_sharded_params(model_cfg, jax.random.key(0), mesh)
     opt = train.make_optimizer(cfg)
     state = train.init_state(params, opt, keep_reference=True)
     step_fn = jax.jit(train.make_train_step(model_cfg, cfg, opt), donate_argnums=0)
-    ref_fn = jax.jit(lambda prm, bt: train.completion_logprobs(model_cfg, prm, bt.tokens, bt.attn_mask, n,
-                                                                bt.temperatures)[0])
+    chunks = cfg.minibatches * cfg.microbatches  # as the train step slices its reference pass
+    ref_fn = jax.jit(lambda prm, bt: train.chunked_logprobs(model_cfg, prm, bt, n, chunks))
     row_sharding = sharding.batch_sharding(mesh, 2)
     prompts = jax.device_put(jnp.asarray(np.random.RandomState(0).randint(1, 500, (b, p)) % model_cfg.vocab_size),
                              row_sharding)
@@ -105,13 +94,14 @@ def main(argv=None) -> dict:
     one_step(0)  # compile
     parts = [one_step(i + 1) for i in range(args.repeats)]
     rollout, update, ref = (statistics.median(x) for x in zip(*parts))
-    peak = matmul_peak(jax, jnp, "float32" if args.dtype == "float32" else "bfloat16")
+    peak = perf.matmul_peak(args.dtype)
     seq_len = sampler.bucket_length(p) + n
-    ref_flops = forward_flops(model_cfg, b * g, seq_len)
+    ref_flops = perf.forward_flops(model_cfg, b * g, seq_len)
     update_flops = 3 * ref_flops  # the policy forward + backward (the reference forward is timed apart)
     policy_update = max(update - ref, 1e-9)
     print(f"\nGRPO step: {b} prompts x G={g}, {p}-token prompts, {n} new tokens, beta=0.04, one update per rollout;"
-          f" model {model_cfg.num_params() / 1e6:.1f}M params, {args.dtype}, {len(jax.devices())} device(s)")
+          f" model {model_cfg.num_params() / 1e6:.1f}M params (width {model_cfg.d_model}), {args.dtype}, "
+          f"{len(jax.devices())} device(s), {args.microbatches} microbatch(es)")
     print(f"{'part':<34}{'median s':>10}")
     print(f"{'rollout (prefill + decode)':<34}{rollout:>10.3f}")
     print(f"{'reference forward (in the update)':<34}{ref:>10.3f}")
@@ -120,6 +110,9 @@ def main(argv=None) -> dict:
     achieved = update_flops / policy_update
     print(f"\nupdate: {update_flops / 1e9:.1f} GFLOP counted from shapes -> {achieved / 1e9:.1f} GFLOP/s; "
           f"measured {args.dtype} matmul peak {peak / 1e9:.0f} GFLOP/s ({100 * achieved / peak:.0f}% of peak)")
+    ref_rate = ref_flops / ref
+    print(f"reference forward: {ref_flops / 1e9:.1f} GFLOP -> {ref_rate / 1e9:.1f} GFLOP/s ({100 * ref_rate / peak:.0f}% "
+          f"of peak); floor for update + reference at peak: {(update_flops + ref_flops) / peak:.2f} s")
     return {"rollout_s": rollout, "reference_s": ref, "update_s": policy_update, "step_s": rollout + update,
             "update_flops_per_s": achieved, "peak_flops_per_s": peak}
 

@@ -99,6 +99,20 @@ def completion_logprobs(model_cfg: ModelConfig, params, tokens, attn_mask, n_com
     return models.token_logprobs(logits, targets), models.token_entropy(logits)
 
 
+def chunked_logprobs(model_cfg: ModelConfig, params, batch: Batch, n_completion: int, chunks: int = 1):
+    """Teacher-forced completion logprobs [N, T] of a whole batch, computed `chunks` row-slices at a time
+    (lax.map): the same numbers as one pass, with activations a chunk's size (faster on CPU, PERF.md;
+    the reference and recomputed old-policy passes use the microbatch count)."""
+    def one(b):
+        return completion_logprobs(model_cfg, params, b.tokens, b.attn_mask, n_completion, b.temperatures)[0]
+
+    if chunks <= 1:
+        return one(batch)
+    rows = _split_rows((batch.tokens, batch.attn_mask, batch.temperatures), chunks)
+    out = jax.lax.map(lambda x: one(Batch(x[0], x[1], None, None, None, x[2], None)), rows)
+    return out.reshape(batch.tokens.shape[0], -1)
+
+
 def _split_rows(tree, n: int):
     return jax.tree.map(lambda x: x.reshape((n, x.shape[0] // n) + x.shape[1:]), tree)
 
@@ -107,8 +121,9 @@ def _tree_where(pred, a, b):
     return jax.tree.map(lambda x, y: jnp.where(pred, x, y), a, b)
 
 
-def make_train_step(model_cfg: ModelConfig, cfg: TrainConfig, optimizer: optax.GradientTransformation):
-    """The pure update `train_step(state, batch, key) -> (state, metrics)` for this run's config."""
+def make_micro_loss(model_cfg: ModelConfig, cfg: TrainConfig):
+    """`micro_loss(params, batch, ref_logp, key) -> (loss numerator, (denominator, metric sums))` for one
+    microbatch: the policy forward and the configured loss (the train step's differentiated function)."""
     loss_cfg, t_len = cfg.loss, cfg.sampling.max_new_tokens
     use_entropy = cfg.entropy.mode != "constant" or cfg.entropy.coef > 0 or loss_cfg.top_entropy_quantile < 1
 
@@ -125,7 +140,13 @@ def make_train_step(model_cfg: ModelConfig, cfg: TrainConfig, optimizer: optax.G
         metrics["token_entropy_sum"] = jnp.sum(jnp.where(m, jax.lax.stop_gradient(ent), 0.0))
         return num, (den, metrics)
 
-    grad_fn = jax.value_and_grad(micro_loss, has_aux=True)
+    return micro_loss
+
+
+def make_train_step(model_cfg: ModelConfig, cfg: TrainConfig, optimizer: optax.GradientTransformation):
+    """The pure update `train_step(state, batch, key) -> (state, metrics)` for this run's config."""
+    loss_cfg, t_len = cfg.loss, cfg.sampling.max_new_tokens
+    grad_fn = jax.value_and_grad(make_micro_loss(model_cfg, cfg), has_aux=True)
 
     def minibatch_update(carry, xs):
         params, opt_state = carry
@@ -159,10 +180,12 @@ def make_train_step(model_cfg: ModelConfig, cfg: TrainConfig, optimizer: optax.G
     def train_step(state: TrainState, batch: Batch, key: jax.Array):
         n = batch.tokens.shape[0]
         ref_logp = None
+        chunks = cfg.minibatches * cfg.microbatches
         if loss_cfg.beta > 0:
-            ref_logp = jax.lax.stop_gradient(logprobs(state.ref_params, batch)[0])
+            ref_logp = jax.lax.stop_gradient(chunked_logprobs(model_cfg, state.ref_params, batch, t_len, chunks))
         if cfg.sampling.old_logp_source == "recompute":
-            batch = batch.replace(old_logp=jax.lax.stop_gradient(logprobs(state.params, batch)[0]))
+            batch = batch.replace(old_logp=jax.lax.stop_gradient(
+                chunked_logprobs(model_cfg, state.params, batch, t_len, chunks)))
         ref_rows = ref_logp if ref_logp is not None else jnp.zeros((n, 0), jnp.float32)
         epoch_keys = jax.random.split(key, cfg.mu)
 
@@ -598,7 +621,9 @@ def parse_args(argv=None, *, description: str = "", get_config=None):
     import argparse
 
     from grpo_jax.config import from_dict, override
+    from grpo_jax.perf import tune_host_allocator
 
+    tune_host_allocator()  # every launcher comes through here: big XLA:CPU buffers reused, not re-faulted
     ap = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="runs/grpo", help="run directory (metrics, checkpoints, report)")
     ap.add_argument("--seed", type=int, default=None, help="run seed (overrides the config's)")

@@ -1,5 +1,6 @@
 """Test-session settings: a persistent XLA compilation cache shared by the test processes and the
-subprocesses they start (the suite compiles the same small programs many times)."""
+subprocesses they start (the suite compiles the same small programs many times), and the host allocator
+setting the launchers use (grpo_jax.perf.tune_host_allocator)."""
 
 import os
 import tempfile
@@ -8,3 +9,7 @@ _CACHE = os.path.join(tempfile.gettempdir(), "grpo-jax-test-xla-cache")
 os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", _CACHE)
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
+
+from grpo_jax.perf import tune_host_allocator  # noqa: E402
+
+tune_host_allocator()

@@ -153,6 +153,24 @@ def test_nan_loss_skips_the_update():
     assert any((a != b).any() for a, b in zip(_leaves(ok_state.params), _leaves(state.params)))
 
 
+def test_chunked_logprobs_equal_one_pass():
+    """The reference / recompute pass sliced into row chunks (lax.map) gives the one-pass numbers; rows
+    differ (random tokens, per-token temperatures), so a chunk mix-up would show."""
+    import models
+
+    model_cfg = models.tiny(vocab_size=58)
+    params = models.init_params(model_cfg, jax.random.key(0))
+    n, length, t = 8, 20, 12
+    tokens = jax.random.randint(jax.random.key(1), (n, length), 0, 58)
+    batch = train.Batch(tokens=tokens, attn_mask=jnp.ones((n, length), bool), loss_mask=None, old_logp=None,
+                        advantages=None, temperatures=jax.random.uniform(jax.random.key(2), (n, t), minval=0.5,
+                                                                         maxval=1.5), entropy_coef=None)
+    whole = train.chunked_logprobs(model_cfg, params, batch, t, 1)
+    assert whole.shape == (n, t)
+    for chunks in (2, 4):
+        np.testing.assert_allclose(train.chunked_logprobs(model_cfg, params, batch, t, chunks), whole, atol=1e-5)
+
+
 MESH_SCRIPT = textwrap.dedent("""
     import json, sys
     import jax, numpy as np
