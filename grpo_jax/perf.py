@@ -70,8 +70,10 @@ def matmul_peak(dtype: str = "float32", n: int = 2048, repeats: int = 5, device=
     return 2.0 * n**3 / _best_time(lambda: f(a).block_until_ready(), repeats)
 
 
-def copy_bandwidth(n_bytes: int = 256 << 20, repeats: int = 5, device=None) -> float:
-    """Bytes/s of an out-of-place elementwise op (read n_bytes, write n_bytes) on `device`."""
+def copy_bandwidth(n_bytes: int = 48 << 20, repeats: int = 5, device=None) -> float:
+    """Bytes/s of an out-of-place elementwise op (read n_bytes, write n_bytes) on `device`. The default
+    48 MB array is past the last-level cache but under 64 MB: on XLA:CPU here, buffers over 64 MB run at
+    ~5 GB/s against 20-25 GB/s below (they are page-faulted in on every call; PERF.md)."""
     x = jax.device_put(jnp.ones((n_bytes // 4,), jnp.float32), device)
     f = jax.jit(lambda v: v * 1.0001)
     return 2.0 * n_bytes / _best_time(lambda: f(x).block_until_ready(), repeats)
