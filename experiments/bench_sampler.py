@@ -50,7 +50,10 @@ def main(argv=None) -> dict:
     import numpy as np
 
     import models
-    from grpo_jax.sampler import sample, sample_pmap
+    from grpo_jax import perf
+    from grpo_jax.sampler import bucket_length, sample, sample_pmap
+
+    perf.tune_host_allocator()
 
     b, g, p, n = args.prompts, args.group, args.prompt_len, args.new_tokens
     prompts = np.random.RandomState(0).randint(1, 500, (b, p))
@@ -114,6 +117,9 @@ def main(argv=None) -> dict:
                 fn_()
                 times[k].append(time.perf_counter() - start)
     tokens_generated = b * g * n
+    width = bucket_length(p)  # the work our sampler does: prefill once per prompt, decode over the filled cache
+    flops = perf.forward_flops(cfg, b, width) + sum(perf.decode_step_flops(cfg, b * g, width + t + 1) for t in range(n))
+    peak = perf.matmul_peak(args.dtype)
     print(f"\nrollout: {b} prompts x G={g}, {p}-token prompts, {n} new tokens; model {cfg.num_params() / 1e6:.1f}M "
           f"params, {args.dtype}; {len(devices)} {args.platform} device(s); torch threads {args.threads}")
     print(f"{'sampler':<24}{'median s':>10}{'tokens/s':>12}{'ratio':>8}")
@@ -125,6 +131,11 @@ def main(argv=None) -> dict:
     for k in runners:
         med = statistics.median(times[k])
         print(f"{k:<24}{med:>10.3f}{results[k]:>12,.0f}{results[k] / base:>8.2f}x")
+    ours = statistics.median(times["grpo-jax"])
+    print(f"\nours: {flops / 1e9:.1f} GFLOP of model arithmetic -> {flops / ours / 1e9:.1f} GFLOP/s = "
+          f"{100 * flops / ours / peak:.0f}% of the {peak / 1e9:.0f} GFLOP/s {args.dtype} matmul peak measured here "
+          f"(model FLOP utilisation)")
+    results["mfu"] = flops / ours / peak
     return results
 
 

@@ -3,6 +3,7 @@ and the model width double.
 
     python experiments/bench_scaling.py                   # all three sweeps on the tiny Qwen2 shape, f32
     python experiments/bench_scaling.py --sweep group     # one sweep
+    python experiments/bench_scaling.py --smoke           # seconds: tiny model, two points per sweep (tests)
     python experiments/bench_scaling.py --platform gpu --dtype bfloat16 --preset qwen2.5-0.5b --prompts 16
 
 Work: `--prompts` prompts of 16 tokens, G completions of T tokens (EOS suppressed), one GRPO update
@@ -149,7 +150,10 @@ def main(argv=None) -> dict:
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     ap.add_argument("--platform", default="cpu")
     ap.add_argument("--out", default="runs/bench_scaling.json")
+    ap.add_argument("--smoke", action="store_true", help="tiny model, first two points of each sweep, 1 repeat")
     args = ap.parse_args(argv)
+    if args.smoke:
+        args.preset, args.repeats, args.prompts = "tiny", 1, 2
     os.environ.setdefault("JAX_PLATFORMS", args.platform)
     import jax
 
@@ -159,9 +163,13 @@ def main(argv=None) -> dict:
     sweeps = list(SWEEPS) if args.sweep == "all" else [args.sweep]
     out = {}
     for name in sweeps:
-        out[name] = [measure(point, args) for point in SWEEPS[name]]
+        points = SWEEPS[name][:2] if args.smoke else SWEEPS[name]
+        if args.smoke:  # tiny model: short completions, widths around its own
+            points = [{**pt, "new_tokens": min(pt.get("new_tokens", 16), 16)} for pt in points]
+            points = [{**pt, "width": pt["width"] // 4} if "width" in pt else pt for pt in points]
+        out[name] = [measure(point, args) for point in points]
         print(f"\n{name} sweep ({args.prompts} prompts, 16-token prompts, {args.dtype}, "
-              f"{jax.devices()[0].platform}; others fixed at G=8, T=128, width 256):")
+              f"{jax.devices()[0].platform}; others fixed at G=8, T=128, width 256{' / 64 (smoke)' if args.smoke else ''}):")
         print(table(name, out[name]))
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as f:

@@ -2,7 +2,7 @@
 
     python experiments/bench_train.py                  # tiny Qwen2, 8 prompts x G=8, 16 + 128 tokens, f32
     python experiments/bench_train.py --devices 2      # two XLA CPU devices (slower for the update here)
-    python experiments/bench_train.py --microbatches 8 # gradient accumulation in 8 slices (same update)
+    python experiments/bench_train.py --microbatches 1 # the update in one slice (default 8: same update)
     python experiments/bench_train.py --d-model 1024 --mlp-dim 2752 --head-dim 128 --new-tokens 112
                                                        # compute-bound width: 64 x 128 = 8k tokens per update
     python experiments/bench_train.py --preset qwen2.5-0.5b --dtype bfloat16 --platform gpu
@@ -24,7 +24,7 @@ import time
 
 
 def get_config() -> dict:
-    return dict(prompts=8, group=8, prompt_len=16, new_tokens=128, repeats=5, devices=1, microbatches=1,
+    return dict(prompts=8, group=8, prompt_len=16, new_tokens=128, repeats=5, devices=1, microbatches=8,
                 dtype="float32", preset="bench_qwen2_tiny", platform="cpu", d_model=0, mlp_dim=0, head_dim=0)
 
 

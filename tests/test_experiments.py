@@ -30,6 +30,32 @@ def test_arithmetic_smoke_writes_the_report(tmp_path):
     assert os.listdir(tmp_path / "tb") and any(p.endswith(".png") for p in os.listdir(tmp_path / "plots"))
 
 
+def test_profile_step_writes_a_roofline_per_part(tmp_path):
+    out_file = tmp_path / "profile.json"
+    out = subprocess.run([sys.executable, "experiments/profile_step.py", "--preset", "tiny", "--prompts", "2",
+                          "--group", "2", "--new-tokens", "8", "--repeats", "1", "--microbatches", "2",
+                          "--out", str(out_file)], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    report = json.loads(out_file.read_text())
+    assert report["peak_flops_per_s"] > 0 and report["copy_bytes_per_s"] > 0
+    for part in ("prefill", "decode step (model)", "reference forward", "policy loss forward+backward",
+                 "optimizer (AdamW + clip)"):
+        p = report["parts"][part]
+        assert p["seconds"] > 0 and p["flops"] > 0 and p["bound_seconds"] > 0, part
+    assert "of roofline" in out.stdout
+
+
+def test_bench_scaling_smoke_prints_the_three_tables(tmp_path):
+    out_file = tmp_path / "scaling.json"
+    out = subprocess.run([sys.executable, "experiments/bench_scaling.py", "--smoke", "--out", str(out_file)], cwd=ROOT,
+                         capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stderr[-3000:]
+    data = json.loads(out_file.read_text())
+    assert [r["group"] for r in data["group"]] == [4, 8]
+    assert all(r["update_peak_mb"] > 0 and r["rollout_s"] > 0 for sweep in data.values() for r in sweep)
+    assert out.stdout.count(" sweep (") == 3 and "| x linear | x FLOPs |" in out.stdout
+
+
 def test_greedy_demo_runs():
     out = subprocess.run([sys.executable, "experiments/greedy_demo.py", "--new-tokens", "4"], cwd=ROOT,
                          capture_output=True, text=True, timeout=600)
