@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 
 from models.config import ModelConfig
+from models.layers import CAUSAL_BLOCK
 
 
 def matmul_params(cfg: ModelConfig) -> int:
@@ -27,11 +28,18 @@ def matmul_params(cfg: ModelConfig) -> int:
     return cfg.n_layers * per_layer + cfg.d_model * cfg.vocab_size
 
 
-def forward_flops(cfg: ModelConfig, n_rows: int, seq_len: int, *, causal: bool = False) -> float:
-    """Matmul FLOPs of one teacher-forced forward over n_rows x seq_len tokens. Attention counts all
-    seq_len^2 query-key pairs (what a dense kernel computes) unless causal=True (half of them)."""
-    pairs = seq_len * (seq_len + 1) / 2 if causal else seq_len * seq_len
-    attention = cfg.n_layers * 2 * pairs * cfg.n_heads * cfg.head_dim  # QK^T and PV
+def attention_pairs(seq_len: int, block: int = CAUSAL_BLOCK) -> int:
+    """Query-key pairs `models.layers.causal_attention` computes: all seq_len^2 under two blocks, else each
+    query block against the keys up to its end."""
+    if seq_len < 2 * block:
+        return seq_len * seq_len
+    return sum((min(seq_len, s + block) - s) * min(seq_len, s + block) for s in range(0, seq_len, block))
+
+
+def forward_flops(cfg: ModelConfig, n_rows: int, seq_len: int) -> float:
+    """Matmul FLOPs of one teacher-forced forward over n_rows x seq_len tokens, attention counted over
+    the query-key pairs the kernel actually computes (`attention_pairs`)."""
+    attention = cfg.n_layers * 2 * attention_pairs(seq_len) * cfg.n_heads * cfg.head_dim  # QK^T and PV
     return 2.0 * n_rows * (seq_len * matmul_params(cfg) + attention)
 
 

@@ -87,7 +87,7 @@ def attention_block(cfg, p, x_BxTxD, cos, sin, mask_BxTxS, kv_cache=None, write_
     q, k, v, gate = split_qkv(cfg, qkv)
     q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
     if kv_cache is None:  # teacher forcing / training: XLA's fused-friendly attention, fast backward
-        y = jax.nn.dot_product_attention(q, k, v, mask=mask_BxTxS[:, None]).reshape(q.shape[0], q.shape[1], -1)
+        y = causal_attention(q, k, v, mask_BxTxS).reshape(q.shape[0], q.shape[1], -1)
     else:
         k = write_cache(kv_cache["k"], k.transpose(0, 2, 3, 1), write_index_B, axis=3)  # [B, K, H, S]
         v = write_cache(kv_cache["v"], v.transpose(0, 2, 1, 3), write_index_B, axis=2)  # [B, K, S, H]
@@ -96,6 +96,27 @@ def attention_block(cfg, p, x_BxTxD, cos, sin, mask_BxTxS, kv_cache=None, write_
     if gate is not None:
         y = y * jax.nn.sigmoid(gate.astype(jnp.float32)).astype(y.dtype)
     return x_BxTxD + dense(y, p["o"], dtype), kv_cache
+
+
+CAUSAL_BLOCK = 128  # query rows per block in causal_attention (PERF.md)
+
+
+def causal_attention(q_BxTxNxH, k_BxTxKxH, v_BxTxKxH, mask_BxTxS, block: int = CAUSAL_BLOCK) -> jnp.ndarray:
+    """Self-attention under a mask that is causal (query i sees no key j > i) and padding, without the
+    upper triangle: query block [s, e) attends to keys [0, e) only, so a sequence of n blocks computes
+    (n + 1) / 2n of the dense L^2 scores (60% at L = 528; measured 1.4x faster forward + backward there,
+    PERF.md). Sequences shorter than two blocks take one dense call. Every query that sees at least one
+    key gets exactly the dense result (the skipped keys are masked for it anyway); a padding query that
+    sees none gets a meaningless uniform average either way, over different keys. Returns [B, T, N, H]."""
+    t = q_BxTxNxH.shape[1]
+    if t < 2 * block:
+        return jax.nn.dot_product_attention(q_BxTxNxH, k_BxTxKxH, v_BxTxKxH, mask=mask_BxTxS[:, None])
+    outs = []
+    for start in range(0, t, block):
+        end = min(t, start + block)
+        outs.append(jax.nn.dot_product_attention(q_BxTxNxH[:, start:end], k_BxTxKxH[:, :end], v_BxTxKxH[:, :end],
+                                                 mask=mask_BxTxS[:, None, start:end, :end]))
+    return jnp.concatenate(outs, axis=1)
 
 
 def write_cache(cache: jnp.ndarray, new: jnp.ndarray, index_B: jnp.ndarray, *, axis: int = 1) -> jnp.ndarray:
