@@ -50,7 +50,7 @@ def attend(cfg: ModelConfig, q_BxTxNxH, k_BxKxHxS, v_BxKxSxH, mask_BxTxS) -> jnp
     b, t, n, h = q_BxTxNxH.shape
     kv = cfg.n_kv_heads
     q = q_BxTxNxH.reshape(b, t, kv, n // kv, h)
-    if t == 1:  # decode: multiply-and-reduce, which XLA fuses into two streaming loops over the cache
+    if t == 1:  # decode: no query-time axis, so no transposes around the two products
         return _attend_one(q[:, 0], k_BxKxHxS, v_BxKxSxH, mask_BxTxS[:, 0]).reshape(b, 1, n * h)
     scores = jnp.einsum("btkgh,bkhs->bkgts", q, k_BxKxHxS, preferred_element_type=jnp.float32)
     scores = scores * (h**-0.5)
@@ -61,19 +61,17 @@ def attend(cfg: ModelConfig, q_BxTxNxH, k_BxKxHxS, v_BxKxSxH, mask_BxTxS) -> jnp
 
 
 def _attend_one(q_BxKxGxH, k_BxKxHxS, v_BxKxSxH, mask_BxS) -> jnp.ndarray:
-    """One query per row against the cache, as broadcast multiply + reduce rather than a batched matmul:
-    with one query the (B*K) little [G, H] x [H, S] products cost more in per-call overhead than in
-    arithmetic on a CPU, while the fused elementwise form streams the cache once. Keys are stored [H, S]
-    so both reductions run over a non-minor axis (vector adds, no horizontal sums). Measured per layer on
-    the benchmark work: 1,024 us (einsum, [S, H] keys) -> 309 us (this, [S, H] keys) -> 207 us ([H, S]
-    keys); see experiments/PERF.md. Returns [B, K, G, H]."""
+    """One query per row against the cache: [B, K, G, H] -> [B, K, G, H]. Written without a query-time
+    axis (the T = 1 einsum above costs transposes XLA:CPU does not remove) and with keys stored [H, S], so
+    both products are plain batched matmuls. Measured per decode (PERF.md #2-#3, #11): 0.94 s -> 0.75 s
+    for the benchmark rollout on 2 devices; a broadcast multiply + reduce form was as fast there but
+    10-20x slower when G = 1 (n_heads == n_kv_heads), so it was dropped."""
     f32 = jnp.float32
     h = q_BxKxGxH.shape[-1]
-    scores = jnp.sum(q_BxKxGxH[..., None].astype(f32) * k_BxKxHxS[:, :, None].astype(f32), axis=3)
+    scores = jnp.einsum("bkgh,bkhs->bkgs", q_BxKxGxH, k_BxKxHxS, preferred_element_type=f32)
     scores = jnp.where(mask_BxS[:, None, None, :], scores * (h**-0.5), MASK_VALUE)  # [B, K, G, S]
-    probs = jax.nn.softmax(scores, axis=-1)
-    out = jnp.sum(probs[..., None] * v_BxKxSxH[:, :, None, :, :].astype(f32), axis=3)
-    return out.astype(v_BxKxSxH.dtype)
+    probs = jax.nn.softmax(scores, axis=-1).astype(v_BxKxSxH.dtype)
+    return jnp.einsum("bkgs,bksh->bkgh", probs, v_BxKxSxH, preferred_element_type=f32).astype(v_BxKxSxH.dtype)
 
 
 def attention_block(cfg, p, x_BxTxD, cos, sin, mask_BxTxS, kv_cache=None, write_index_B=None):
