@@ -64,7 +64,8 @@ def main(argv=None) -> dict:
     args, cfg = parse_args(argv, description=__doc__, get_config=get_config)
     out, seeds, sft = study_settings(args, cfg, "runs/ablate_advantages")
     arms = {e: [f"advantage.estimator={e}"] for e in (ESTIMATORS[:2] if args.smoke else ESTIMATORS)}
-    study = run_study(cfg, arms, seeds=seeds, out=out, sft=sft, quiet=args.quiet, summarize=summarize)
+    study = run_study(cfg, arms, seeds=seeds, out=out, sft=sft, quiet=args.quiet, summarize=summarize,
+                      summarize_only=args.summarize_only)
     plots = [plot_curves(out, arms, "eval/score", "held-out chrF quality", "quality"),
              plot_curves(out, arms, "collapse/ratio", "distinct rewards / distinct advantages", "collapse")]
     notes = ("Translation task, rewards quality (chrF, w=0.5), format (w=1.0, the easy dimension weighted high) "

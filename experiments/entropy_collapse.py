@@ -68,7 +68,8 @@ def main(argv=None) -> dict:
     args, cfg = parse_args(argv, description=__doc__, get_config=get_config)
     out, seeds, sft = study_settings(args, cfg, "runs/entropy_collapse")
     arms = {k: v for k, v in ARMS.items() if not args.smoke or k in ("none", "adaptive_temperature")}
-    study = run_study(cfg, arms, seeds=seeds, out=out, sft=sft, quiet=args.quiet, summarize=summarize)
+    study = run_study(cfg, arms, seeds=seeds, out=out, sft=sft, quiet=args.quiet, summarize=summarize,
+                      summarize_only=args.summarize_only)
     plots = [plot_curves(out, arms, "entropy/mean", "mean token entropy (nats)", "entropy"),
              plot_curves(out, arms, "eval/score", "held-out chrF quality", "quality")]
     notes = ("Translation task sampled at temperature 0.6; one warm start per seed shared by all arms. Fit: "

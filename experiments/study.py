@@ -23,20 +23,35 @@ def study_settings(args, cfg: TrainConfig, default_out: str):
     (the same for every arm), or one seed and a few steps with --smoke."""
     out = args.out if args.out != "runs/grpo" else default_out
     seeds = [cfg.seed] if args.smoke else [cfg.seed, cfg.seed + 1, cfg.seed + 2]
+    if args.seeds:
+        seeds = [int(s) for s in args.seeds.split(",")]
     sft = dict(target_accuracy=1.1, max_steps=4 if args.smoke else 300, batch_size=16 if args.smoke else 128,
                lr=1e-3, eval_every=4 if args.smoke else 300, n_valid=8 if args.smoke else 100)
     return out, seeds, sft
 
 
 def run_study(base: TrainConfig, arms: dict[str, list[str]], *, seeds, out: str, sft: dict, quiet: bool,
-              summarize) -> dict:
-    """Train every (arm, seed); `summarize(rows) -> dict` turns one run's metrics into its figures."""
+              summarize, summarize_only: bool = False) -> dict:
+    """Train every (arm, seed); `summarize(rows) -> dict` turns one run's metrics into its figures.
+
+    summarize_only: train nothing; collect the figures of every (arm, seed) run already under `out` that
+    finished all its steps (seeds trained in separate processes with --seeds land in the same tree)."""
     from grpo_jax.logging import read_jsonl
     from grpo_jax.sft import warm_start
     from grpo_jax.train import Trainer
 
     results = {arm: [] for arm in arms}
     start = time.perf_counter()
+    if summarize_only:
+        for seed in seeds:
+            for arm in arms:
+                path = os.path.join(out, arm, f"seed{seed}", "metrics.jsonl")
+                rows = read_jsonl(path) if os.path.exists(path) else []
+                if not rows or max(r.get("step", -1) for r in rows) < base.steps:
+                    print(f"summarize-only: {arm} seed {seed} missing or unfinished ({path}); left out")
+                    continue
+                results[arm].append({**summarize(rows), "seed": seed})
+        return {"results": {a: r for a, r in results.items() if r}, "seeds": list(seeds), "wall_seconds": 0.0}
     sft = dict(sft)
     n_valid = sft.pop("n_valid", 100)
     for seed in seeds:

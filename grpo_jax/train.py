@@ -636,6 +636,11 @@ def parse_args(argv=None, *, description: str = "", get_config=None):
                     help="restart from the kept checkpoint at STEP (with --set overrides); the run log marks the "
                          "branch and the abandoned checkpoints/logs are archived under --out/branches/")
     ap.add_argument("--quiet", action="store_true", help="no progress bar")
+    ap.add_argument("--seeds", default=None, metavar="S1,S2,...",
+                    help="studies only: the seeds to train (default: --seed and the next two)")
+    ap.add_argument("--summarize-only", action="store_true",
+                    help="studies only: rebuild results.md / results.json / plots from the runs already in --out "
+                         "(e.g. after training seeds in separate processes with --seeds)")
     args = ap.parse_args(argv)
     cfg = get_config(smoke=args.smoke) if get_config else TrainConfig()
     if args.config:

@@ -72,6 +72,14 @@ def _study_smoke(script, tmp_path, columns):
         assert len(runs) == 1 and all(c in runs[0] for c in columns), (arm, runs)
     md = (tmp_path / "results.md").read_text()
     assert all(arm in md for arm in study["results"]) and os.path.exists(tmp_path / "plots")
+    # the tables rebuilt from the finished runs (as after seeds trained in separate processes) are the same
+    again = subprocess.run([sys.executable, f"experiments/{script}", "--smoke", "--summarize-only", "--out",
+                            str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr[-3000:]
+    rebuilt = json.loads((tmp_path / "results.json").read_text())
+    for arm, runs in study["results"].items():
+        original = [{k: v for k, v in r.items() if k != "sft_steps"} for r in runs]  # NaN-safe via JSON text
+        assert json.dumps(original, sort_keys=True) == json.dumps(rebuilt["results"][arm], sort_keys=True), arm
     return study
 
 
