@@ -105,10 +105,12 @@ def plot_curves(out: str, arms, key: str, ylabel: str, name: str) -> str:
     fig, ax = plt.subplots(figsize=(7, 4))
     for arm in arms:
         curves = []
-        for seed_dir in sorted(os.listdir(os.path.join(out, arm))):
-            rows = [r for r in read_jsonl(os.path.join(out, arm, seed_dir, "metrics.jsonl")) if key in r]
-            curves.append([(r["step"], r[key]) for r in rows])
-        n = min(len(c) for c in curves)
+        arm_dir = os.path.join(out, arm)
+        for seed_dir in sorted(os.listdir(arm_dir)) if os.path.isdir(arm_dir) else []:
+            path = os.path.join(arm_dir, seed_dir, "metrics.jsonl")
+            if os.path.exists(path):
+                curves.append([(r["step"], r[key]) for r in read_jsonl(path) if key in r])
+        n = min((len(c) for c in curves), default=0)
         if n:
             steps = [s for s, _ in curves[0][:n]]
             ax.plot(steps, np.mean([[v for _, v in c[:n]] for c in curves], axis=0), label=arm)
