@@ -23,24 +23,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
-import time
 
 SWEEPS = {
     "group": [{"group": g} for g in (4, 8, 16, 32)],
     "length": [{"new_tokens": t} for t in (64, 128, 256, 512)],
     "width": [{"width": w} for w in (128, 256, 512, 1024)],
 }
-
-
-def _median_time(fn, repeats: int) -> float:
-    fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def _peak_bytes(compiled) -> int:
@@ -56,7 +44,7 @@ def measure(point: dict, args) -> dict:
     import numpy as np
 
     import models
-    from grpo_jax import sampler, train
+    from grpo_jax import perf, sampler, train
     from grpo_jax.config import TrainConfig, override
 
     g, n, width = point.get("group", 8), point.get("new_tokens", 128), point.get("width", 0)
@@ -87,7 +75,7 @@ def measure(point: dict, args) -> dict:
         return jax.block_until_ready(ro)
 
     ro = rollout()
-    rollout_s = _median_time(rollout, args.repeats)
+    rollout_s = perf.median_time(rollout, args.repeats)
     cache, logits0, lengths = sampler._prefill(mc, params, tokens, tmask, group_size=g, max_new_tokens=n)
     decode_args = (mc, params, cache, logits0, lengths, sampler.row_keys(jax.random.key(0), jnp.arange(b), g),
                    jnp.float32(1.0))
@@ -103,10 +91,8 @@ def measure(point: dict, args) -> dict:
     state = train.init_state(params, opt, keep_reference=True)
     step = jax.jit(train.make_train_step(mc, cfg, opt))
     key = jax.random.key(5)
-    update_s = _median_time(lambda: jax.block_until_ready(step(state, batch, key)), args.repeats)
+    update_s = perf.median_time(lambda: jax.block_until_ready(step(state, batch, key)), args.repeats)
     update_mem = _peak_bytes(step.lower(state, batch, key).compile())
-    from grpo_jax import perf
-
     width_p = tokens.shape[1]
     rollout_flops = perf.forward_flops(mc, b, width_p) + sum(
         perf.decode_step_flops(mc, rows, width_p + t + 1) for t in range(n))

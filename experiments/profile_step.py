@@ -19,18 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
-import time
-
-
-def _median_time(fn, repeats: int) -> float:
-    fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def main(argv=None) -> dict:
@@ -75,7 +63,7 @@ def main(argv=None) -> dict:
 
     # --- rollout -------------------------------------------------------------------------------------
     prefill = lambda: block(sampler._prefill(mc, params, tokens, tmask, group_size=g, max_new_tokens=n))  # noqa: E731
-    parts["prefill"] = (_median_time(prefill, reps), perf.forward_flops(mc, b, width),
+    parts["prefill"] = (perf.median_time(prefill, reps), perf.forward_flops(mc, b, width),
                         perf.forward_bytes(mc, b, width, itemsize))
 
     mean_fill = width + n // 2
@@ -92,7 +80,7 @@ def main(argv=None) -> dict:
             return carry + logits[:, 0, :1]
         return jax.lax.fori_loop(0, loop_n, body, jnp.zeros((rows, 1), jnp.float32))
 
-    parts["decode step (model)"] = (_median_time(lambda: block(decode_steps(params, cache)), reps) / loop_n,
+    parts["decode step (model)"] = (perf.median_time(lambda: block(decode_steps(params, cache)), reps) / loop_n,
                                     perf.decode_step_flops(mc, rows, mean_fill + 1),
                                     perf.decode_step_bytes(mc, rows, mean_fill + 1, itemsize))
 
@@ -110,7 +98,7 @@ def main(argv=None) -> dict:
         return jax.lax.fori_loop(0, loop_n, body, jnp.zeros((rows,)))
 
     vocab_bytes = rows * mc.vocab_size * 4
-    parts["sampling per step"] = (_median_time(lambda: block(sample_steps(logits, keys)), reps) / loop_n,
+    parts["sampling per step"] = (perf.median_time(lambda: block(sample_steps(logits, keys)), reps) / loop_n,
                                   10.0 * rows * mc.vocab_size, vocab_bytes)
 
     def rollout():
@@ -120,7 +108,7 @@ def main(argv=None) -> dict:
     ro = rollout()
     decode_flops = sum(perf.decode_step_flops(mc, rows, width + t + 1) for t in range(n))
     decode_bytes = sum(perf.decode_step_bytes(mc, rows, width + t + 1, itemsize) for t in range(n))
-    parts["rollout (prefill + decode loop)"] = (_median_time(rollout, reps), decode_flops + parts["prefill"][1],
+    parts["rollout (prefill + decode loop)"] = (perf.median_time(rollout, reps), decode_flops + parts["prefill"][1],
                                                 decode_bytes + parts["prefill"][2])
 
     # --- update --------------------------------------------------------------------------------------
@@ -134,7 +122,7 @@ def main(argv=None) -> dict:
     fwd_bytes = perf.forward_bytes(mc, rows, seq_len, itemsize)
     ref_fn = jax.jit(lambda prm, bt: train.chunked_logprobs(mc, prm, bt, n, chunks))
     ref_logp = ref_fn(params, batch)
-    parts["reference forward"] = (_median_time(lambda: block(ref_fn(params, batch)), reps), fwd_flops, fwd_bytes)
+    parts["reference forward"] = (perf.median_time(lambda: block(ref_fn(params, batch)), reps), fwd_flops, fwd_bytes)
 
     micro_loss = train.make_micro_loss(mc, cfg)
     split = lambda x: x.reshape((chunks, rows // chunks) + x.shape[1:])  # noqa: E731
@@ -155,8 +143,8 @@ def main(argv=None) -> dict:
         zeros = jax.tree.map(jnp.zeros_like, prm)
         return jax.lax.scan(acc, zeros, sliced)
 
-    parts["policy loss forward"] = (_median_time(lambda: block(loss_forward(params)), reps), fwd_flops, fwd_bytes)
-    parts["policy loss forward+backward"] = (_median_time(lambda: block(loss_grad(params)), reps), 3 * fwd_flops,
+    parts["policy loss forward"] = (perf.median_time(lambda: block(loss_forward(params)), reps), fwd_flops, fwd_bytes)
+    parts["policy loss forward+backward"] = (perf.median_time(lambda: block(loss_grad(params)), reps), 3 * fwd_flops,
                                              3 * fwd_bytes)
     opt = train.make_optimizer(cfg)
     opt_state = opt.init(params)
@@ -168,7 +156,7 @@ def main(argv=None) -> dict:
         return jax.tree.map(jnp.add, prm, updates), st
 
     n_params = sum(x.size for x in jax.tree.leaves(params))
-    parts["optimizer (AdamW + clip)"] = (_median_time(lambda: block(opt_step(params, opt_state, grads)), reps),
+    parts["optimizer (AdamW + clip)"] = (perf.median_time(lambda: block(opt_step(params, opt_state, grads)), reps),
                                          12.0 * n_params, 4 * itemsize * n_params * 2)
 
     if args.trace:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import statistics
 import sys
 import time
 
@@ -59,6 +60,17 @@ def forward_bytes(cfg: ModelConfig, n_rows: int, seq_len: int, itemsize: int = 4
     every layer, and the logits written once."""
     tokens = n_rows * seq_len
     return itemsize * (matmul_params(cfg) + tokens * cfg.d_model * 2 * cfg.n_layers + tokens * cfg.vocab_size)
+
+
+def median_time(fn, repeats: int) -> float:
+    """Median wall seconds of fn() over `repeats` calls after one warm-up call (compilation)."""
+    fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
 
 
 def _best_time(fn, repeats: int) -> float:
