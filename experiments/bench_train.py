@@ -6,8 +6,10 @@
     python experiments/bench_train.py --d-model 1024 --mlp-dim 2752 --head-dim 128 --new-tokens 112
                                                        # compute-bound width: 64 x 128 = 8k tokens per update
     python experiments/bench_train.py --preset qwen2.5-0.5b --dtype bfloat16 --platform gpu
+    python experiments/bench_train.py --trl            # + TRL's GRPOTrainer on the same work, same process
+                                                       #   (pip install -e '.[peers]'; experiments/peer_trl.py)
 
-Work (NOTES.md, TRL's GRPOTrainer measured ~2.1 s/step for it here): tiny Qwen2 (vocab 512, hidden 256,
+Work (NOTES.md: TRL's GRPOTrainer took ~2.1 s/step for it on a faster CPU; `--trl` measures it here): tiny Qwen2 (vocab 512, hidden 256,
 MLP 688, 4 layers, 8/2 heads, tied), 8 prompts x G=8, 16-token prompts, 128 new tokens (EOS suppressed),
 beta = 0.04 (k3 KL to a frozen reference), one update per rollout. Rewards are random numbers: scoring is
 not part of this figure. The update's FLOPs are counted from the shapes (`grpo_jax.perf`: 3x the forward,
@@ -39,6 +41,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--dtype", default=c["dtype"], choices=["float32", "bfloat16"])
     ap.add_argument("--preset", default=c["preset"])
     ap.add_argument("--platform", default=c["platform"])
+    ap.add_argument("--trl", action="store_true", help="also time TRL's GRPOTrainer on the same work (after ours)")
     args = ap.parse_args(argv)
     os.environ.setdefault("JAX_PLATFORMS", args.platform)
     import jax
@@ -113,8 +116,20 @@ def main(argv=None) -> dict:
     ref_rate = ref_flops / ref
     print(f"reference forward: {ref_flops / 1e9:.1f} GFLOP -> {ref_rate / 1e9:.1f} GFLOP/s ({100 * ref_rate / peak:.0f}% "
           f"of peak); floor for update + reference at peak: {(update_flops + ref_flops) / peak:.2f} s")
-    return {"rollout_s": rollout, "reference_s": ref, "update_s": policy_update, "step_s": rollout + update,
-            "update_flops_per_s": achieved, "peak_flops_per_s": peak}
+    out = {"rollout_s": rollout, "reference_s": ref, "update_s": policy_update, "step_s": rollout + update,
+           "update_flops_per_s": achieved, "peak_flops_per_s": peak}
+    if args.trl:
+        from peer_trl import run as run_trl
+
+        peer = run_trl(prompts=b, group=g, prompt_len=p, new_tokens=n, repeats=args.repeats)
+        print(f"\n{'side by side (median s)':<34}{'ours':>10}{'TRL':>10}{'TRL/ours':>10}")
+        for name, ours_s, trl_s in (("rollout / generate", rollout, peer["generate"]),
+                                    ("reference forward", ref, peer["reference"]),
+                                    ("the rest of the update", policy_update, peer["update"]),
+                                    ("full GRPO step", rollout + update, peer["step"])):
+            print(f"{name:<34}{ours_s:>10.3f}{trl_s:>10.3f}{trl_s / ours_s:>9.2f}x")
+        out["trl_step_s"] = peer["step"]
+    return out
 
 
 if __name__ == "__main__":

@@ -166,7 +166,7 @@ def make_train_step(model_cfg: ModelConfig, cfg: TrainConfig, optimizer: optax.G
         rest = (jax.tree.map(lambda x: x[1:], micro), keys[1:])
         num, den, metrics, grads = jax.lax.scan(lambda a, x: (accumulate(a, x), None), first, rest)[0]
         den = jnp.maximum(den, 1e-8)
-        grads = jax.tree.map(lambda g: g / den, grads)
+        grads = jax.tree.map(lambda g: (g / den).astype(g.dtype), grads)  # bf16 params keep bf16 optimizer state
         loss = num / den
         grad_norm = optax.tree.norm(grads)
         finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)

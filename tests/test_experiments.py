@@ -117,3 +117,16 @@ def test_hf_math_smoke_runs_from_a_local_checkpoint(tmp_path):
     assert [r["step"] for r in rows if "loss" in r] == [1, 2]
     assert "reward/math/mean" in rows[-1] and "eval/accuracy" in rows[-1]
     assert (tmp_path / "report.md").exists()
+
+
+def test_trl_peer_tokenizer_is_one_word_one_id():
+    """The TRL baseline's prompts must be exactly as long as ours: every "tN" word is token N, including
+    words that begin with a special token's text (the first version named pad/eos "t0"/"t1", and "t17"
+    came out as [eos, unk])."""
+    sys.path.insert(0, os.path.join(ROOT, "experiments"))
+    from peer_trl import build_tokenizer
+
+    tok = build_tokenizer(512)
+    words = [3, 10, 17, 100, 123, 511]
+    assert tok(" ".join(f"t{i}" for i in words), add_special_tokens=False)["input_ids"] == words
+    assert (tok.pad_token_id, tok.eos_token_id) == (0, 1)

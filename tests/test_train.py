@@ -127,23 +127,30 @@ def test_corrupt_latest_checkpoint_falls_back_and_unsafe_resume_is_refused(tmp_p
         train.Trainer(override(cfg, ["sampling.group_size=2"]), str(tmp_path), resume=True, quiet=True)
 
 
-def test_nan_loss_skips_the_update():
-    cfg = tiny_config()
+def _direct_step(*extra, dtype="float32", keep_reference=False):
+    """(state, jitted step, batch of 4 prompts x G=4 from the state's own sampler) for a tiny model."""
+    cfg = tiny_config(*extra)
     import models
     from grpo_jax import sampler
 
-    model_cfg = models.tiny(vocab_size=58)
+    model_cfg = models.tiny(vocab_size=58).replace(param_dtype=dtype, dtype=dtype)
     opt = train.make_optimizer(cfg)
-    state = train.init_state(models.init_params(model_cfg, jax.random.key(0)), opt, keep_reference=False)
+    state = train.init_state(models.init_params(model_cfg, jax.random.key(0)), opt, keep_reference=keep_reference)
     step = jax.jit(train.make_train_step(model_cfg, cfg, opt))
     prompts, mask = jnp.full((4, 8), 9), jnp.ones((4, 8), bool)
     ro = sampler.sample(model_cfg, state.params, prompts, mask, key=jax.random.key(1), group_size=4,
                         max_new_tokens=12)
     seq, seq_mask, _ = sampler.full_sequences(prompts, mask, ro)
-    adv = jnp.linspace(-1, 1, 16).at[3].set(jnp.nan)  # NaN reaches the loss through one row
     batch = train.Batch(tokens=seq, attn_mask=seq_mask, loss_mask=ro.completion_mask.reshape(16, -1) > 0,
-                        old_logp=ro.logprobs.reshape(16, -1), advantages=adv,
+                        old_logp=ro.logprobs.reshape(16, -1), advantages=jnp.linspace(-1, 1, 16),
                         temperatures=ro.temperatures.reshape(16, -1), entropy_coef=jnp.zeros((16,)))
+    return state, step, batch
+
+
+def test_nan_loss_skips_the_update():
+    state, step, batch = _direct_step()
+    adv = batch.advantages.at[3].set(jnp.nan)  # NaN reaches the loss through one row
+    batch = batch.replace(advantages=adv)
     new_state, metrics = step(state, batch, jax.random.key(2))
     assert float(metrics["skipped"]) == 1.0
     for a, b in zip(_leaves(new_state.params) + _leaves(new_state.opt_state), _leaves(state.params) + _leaves(state.opt_state)):
@@ -151,6 +158,19 @@ def test_nan_loss_skips_the_update():
     ok_state, ok_metrics = step(state, batch.replace(advantages=jnp.nan_to_num(adv)), jax.random.key(2))
     assert float(ok_metrics["skipped"]) == 0.0
     assert any((a != b).any() for a, b in zip(_leaves(ok_state.params), _leaves(state.params)))
+
+
+def test_bfloat16_params_train_and_keep_their_dtype():
+    """bf16 params (the GPU/TPU benchmark preset): the step runs over 2 microbatches with a reference
+    model, moves the params, and every param and Adam moment stays bf16 (the averaged gradient used to be
+    promoted to f32 by the f32 token count, which broke the minibatch scan's carry)."""
+    state, step, batch = _direct_step("microbatches=2", "loss.beta=0.04", dtype="bfloat16", keep_reference=True)
+    new_state, metrics = step(state, batch, jax.random.key(2))
+    assert float(metrics["skipped"]) == 0.0 and np.isfinite(float(metrics["loss"]))
+    for old, new in zip(_leaves(state.params) + _leaves(state.opt_state), _leaves(new_state.params) + _leaves(new_state.opt_state)):
+        assert new.dtype == old.dtype
+    assert {x.dtype for x in _leaves(new_state.params)} == {jnp.dtype(jnp.bfloat16)}
+    assert any((a != b).any() for a, b in zip(_leaves(new_state.params), _leaves(state.params)))
 
 
 def test_chunked_logprobs_equal_one_pass():
