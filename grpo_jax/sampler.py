@@ -266,22 +266,67 @@ def prepare_prompts(prompt_tokens, prompt_mask, *, pad_id: int = 0):
     return left_align(jnp.asarray(prompt_tokens), jnp.asarray(prompt_mask), width=width, pad_id=pad_id)
 
 
+def row_shard_axes(prompt_tokens, params):
+    """The mesh and the axes that split the prompt rows, when `sample` can give each device its own
+    decode loop: prompts are a committed array sharded on dim 0 over axes of total size > 1 and every param
+    is fully replicated. Else None (one device, or params sharded over fsdp/tensor: the SPMD path)."""
+    shard = getattr(prompt_tokens, "sharding", None) if not isinstance(prompt_tokens, jax.core.Tracer) else None
+    if not isinstance(shard, jax.sharding.NamedSharding) or not shard.spec or shard.spec[0] is None:
+        return None
+    axes = shard.spec[0] if isinstance(shard.spec[0], tuple) else (shard.spec[0],)
+    size = 1
+    for a in axes:
+        size *= shard.mesh.shape[a]
+    if size == 1 or prompt_tokens.shape[0] % size:
+        return None
+    for leaf in jax.tree.leaves(params):
+        if isinstance(leaf, jax.core.Tracer) or not getattr(leaf, "sharding", None) or \
+                not leaf.sharding.is_fully_replicated:
+            return None
+    return shard.mesh, axes
+
+
+@functools.lru_cache(maxsize=64)
+def _row_sharded(cfg: ModelConfig, mesh, axes: tuple, static: tuple):
+    """`sample_core` under shard_map over `axes`: each device decodes its own rows in its own loops, so
+    the early-stop test (all rows done?) is local and the devices never wait for each other per token
+    (the SPMD path all-reduces it every step; PERF.md #12). Cached: one compile per (shapes, statics)."""
+    from jax.sharding import PartitionSpec as P
+
+    kw = dict(static)
+
+    def local(params, tokens, mask, ids, key, temperature):
+        return sample_core(cfg, params, tokens, mask, ids, key=key, temperature=temperature, **kw)
+
+    rows = P(axes)
+    return jax.jit(jax.shard_map(local, mesh=mesh, in_specs=(P(), rows, rows, rows, P(), P()), out_specs=rows,
+                                 check_vma=False))
+
+
 def sample(cfg: ModelConfig, params, prompt_tokens, prompt_mask, *, key, group_size: int, max_new_tokens: int,
            temperature=1.0, top_k: int = 0, top_p: float = 1.0, eos_ids=(), pad_id: int = 0,
            token_temperature: tuple[float, float, float] | None = None) -> Rollout:
     """G completions for each of the B prompts (any padding side). Runs wherever `params` live: on one
-    device, or under jit with params sharded on a mesh (computation follows the input shardings).
+    device; with prompts sharded over a mesh's data axes and params replicated, one decode loop per device
+    (`shard_map`); with params sharded over other axes, under jit as one SPMD program (computation follows
+    the input shardings). All three give the same tokens for the same key.
 
     temperature may be a traced scalar (adaptive temperature never recompiles). token_temperature =
     (entropy_floor, boost, max_temperature) turns on the per-token variant: a position whose distribution
     at `temperature` has entropy under the floor is sampled at min(temperature * boost, max) instead; the
     logprobs are those of the distribution actually used and `Rollout.temperatures` records it."""
     _check_args(prompt_tokens, prompt_mask, group_size, max_new_tokens, temperature, top_k, top_p)
+    split = row_shard_axes(prompt_tokens, params)
     tokens, mask = prepare_prompts(prompt_tokens, prompt_mask, pad_id=pad_id)
     ids = jnp.arange(tokens.shape[0], dtype=jnp.int32)
-    return sample_core(cfg, params, tokens, mask, ids, key=key, group_size=group_size,
-                       max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
-                       eos_ids=eos_ids, pad_id=pad_id, token_temperature=token_temperature)
+    static = dict(group_size=group_size, max_new_tokens=max_new_tokens, top_k=int(top_k), top_p=float(top_p),
+                  eos_ids=tuple(int(e) for e in eos_ids), pad_id=int(pad_id),
+                  token_temperature=tuple(float(x) for x in token_temperature or ()) or None)
+    if split is None:
+        return sample_core(cfg, params, tokens, mask, ids, key=key, temperature=temperature, **static)
+    mesh, axes = split
+    fn = _row_sharded(cfg, mesh, axes, tuple(sorted(static.items())))
+    return fn(params, tokens, mask, ids, key, jnp.asarray(temperature, jnp.float32))
 
 
 def sample_pmap(cfg: ModelConfig, params, prompt_tokens, prompt_mask, *, key, group_size: int,
@@ -300,15 +345,24 @@ def sample_pmap(cfg: ModelConfig, params, prompt_tokens, prompt_mask, *, key, gr
     if b % n:
         raise ValueError(f"sample_pmap: {b} prompts do not split over {n} devices")
     ids = jnp.arange(b, dtype=jnp.int32)
-
-    def per_device(p, tok, msk, pid):
-        return sample_core(cfg, p, tok, msk, pid, key=key, group_size=group_size, max_new_tokens=max_new_tokens,
-                           temperature=temperature, top_k=top_k, top_p=top_p, eos_ids=eos_ids, pad_id=pad_id)
-
+    static = dict(group_size=group_size, max_new_tokens=max_new_tokens, top_k=int(top_k), top_p=float(top_p),
+                  eos_ids=tuple(int(e) for e in eos_ids), pad_id=int(pad_id))
     split = lambda x: x.reshape((n, b // n) + x.shape[1:])  # noqa: E731
-    out = jax.pmap(per_device, in_axes=(None, 0, 0, 0), devices=devices)(params, split(tokens), split(mask),
-                                                                          split(ids))
+    fn = _pmapped(cfg, tuple(devices), tuple(sorted(static.items())))
+    out = fn(params, split(tokens), split(mask), split(ids), key, jnp.asarray(temperature, jnp.float32))
     return jax.tree.map(lambda x: x.reshape((b,) + x.shape[2:]), out)
+
+
+@functools.lru_cache(maxsize=64)
+def _pmapped(cfg: ModelConfig, devices: tuple, static: tuple):
+    """`sample_core` pmapped over `devices`, built once per (config, devices, statics): a fresh closure per
+    call would miss pmap's cache and recompile every rollout (5.3 s instead of 0.6 s, PERF.md #12)."""
+    kw = dict(static)
+
+    def per_device(p, tok, msk, pid, key, temperature):
+        return sample_core(cfg, p, tok, msk, pid, key=key, temperature=temperature, **kw)
+
+    return jax.pmap(per_device, in_axes=(None, 0, 0, 0, None, None), devices=devices)
 
 
 def full_sequences(prompt_tokens, prompt_mask, rollout: Rollout, *, pad_id: int = 0):

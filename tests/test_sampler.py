@@ -220,6 +220,7 @@ MULTI_DEVICE = textwrap.dedent("""
     import jax, jax.numpy as jnp, numpy as np
     from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
     import models
+    from grpo_jax import sampler
     from grpo_jax.sampler import sample, sample_pmap
     assert jax.device_count() == 8, jax.devices()
     cfg = models.tiny(n_heads=4, n_kv_heads=4, qkv_bias=True)
@@ -235,7 +236,22 @@ MULTI_DEVICE = textwrap.dedent("""
     sharded_params = jax.tree.map(lambda x: jax.device_put(x, spec(x)), params)
     batch = NamedSharding(mesh, P("data", None))
     sh = sample(cfg, sharded_params, jax.device_put(tokens, batch), jax.device_put(mask, batch), **kw)
+    # replicated params, rows over all 8 devices: the shard_map path (one decode loop per device)
+    data = Mesh(np.array(jax.devices()), ("data",))
+    rows, rep = NamedSharding(data, P("data")), NamedSharding(data, P())
+    rep_params = jax.device_put(params, rep)
+    row_tokens, row_mask = jax.device_put(tokens, rows), jax.device_put(mask, rows)
+    split = sampler.row_shard_axes(row_tokens, rep_params)
+    sm = sample(cfg, rep_params, row_tokens, row_mask, **kw)
+    n_compiled = sampler._row_sharded.cache_info().currsize
+    sample(cfg, rep_params, row_tokens, row_mask, **(kw | dict(key=jax.random.key(12))))
+    pm2 = sample_pmap(cfg, params, tokens, mask, **(kw | dict(key=jax.random.key(12))))
     print(json.dumps({
+        "shard_map_equal": bool((np.asarray(sm.tokens) == np.asarray(single.tokens)).all()),
+        "shard_map_logp_diff": float(np.abs(np.asarray(sm.logprobs) - np.asarray(single.logprobs)).max()),
+        "shard_map_taken": split is not None and split[1] == ("data",),
+        "spmd_for_tensor_sharded": sampler.row_shard_axes(jax.device_put(tokens, batch), sharded_params) is None,
+        "builds": [n_compiled, sampler._row_sharded.cache_info().currsize, sampler._pmapped.cache_info().currsize],
         "pmap_equal": bool((np.asarray(pm.tokens) == np.asarray(single.tokens)).all()),
         "mesh_equal": bool((np.asarray(sh.tokens) == np.asarray(single.tokens)).all()),
         "pmap_logp_diff": float(np.abs(np.asarray(pm.logprobs) - np.asarray(single.logprobs)).max()),
@@ -246,7 +262,7 @@ MULTI_DEVICE = textwrap.dedent("""
 """)
 
 
-def test_pmap_and_mesh_sharded_sampler_match_single_device():
+def test_pmap_shard_map_and_mesh_sharded_sampler_match_single_device():
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu")
     out = subprocess.run([sys.executable, "-c", MULTI_DEVICE], env=env, capture_output=True, text=True, timeout=600,
                          cwd=os.path.dirname(os.path.dirname(__file__)))
@@ -255,6 +271,9 @@ def test_pmap_and_mesh_sharded_sampler_match_single_device():
     assert res["pmap_equal"] and res["mesh_equal"], res
     assert res["pmap_logp_diff"] <= 1e-5 and res["mesh_logp_diff"] <= 1e-5, res
     assert "tensor" in res["sharded"] and res["lengths_varied"]
+    assert res["shard_map_taken"] and res["spmd_for_tensor_sharded"], res
+    assert res["shard_map_equal"] and res["shard_map_logp_diff"] <= 1e-5, res
+    assert res["builds"] == [1, 1, 1], res  # a new key reuses the built shard_map / pmap programs
 
 
 def test_decode_chunks_cover_every_step_once():
