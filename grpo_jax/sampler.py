@@ -85,6 +85,22 @@ def process_logits(logits: jax.Array, *, temperature, top_k: int = 0, top_p: flo
     return top_p_filter(top_k_filter(out, top_k), top_p)
 
 
+def argmax_last(x: jax.Array) -> jax.Array:
+    """jnp.argmax over the last axis (first index of the maximum), as two plain reductions: XLA:CPU runs
+    argmax as one variadic (value, index) reduce that does not vectorise (~0.4 ms per decode step for
+    32 x 512 logits, 8% of the step; PERF.md #13). A row with a NaN gives its last index."""
+    top = jnp.max(x, axis=-1, keepdims=True)
+    idx = jnp.arange(x.shape[-1], dtype=jnp.int32)
+    return jnp.minimum(jnp.min(jnp.where(x == top, idx, x.shape[-1]), axis=-1), x.shape[-1] - 1)
+
+
+def sample_categorical(keys_R, logits_RxV: jax.Array) -> jax.Array:
+    """One draw per row from softmax(logits), row r using keys_R[r]: the Gumbel-max draw of
+    `jax.random.categorical` (same noise, hence the same tokens) with `argmax_last`."""
+    gumbel = jax.vmap(lambda k: jax.random.gumbel(k, logits_RxV.shape[-1:], jnp.float32))(keys_R)
+    return argmax_last(gumbel + logits_RxV)
+
+
 def logprobs_and_entropy(logits_NxV: jax.Array, tokens_N: jax.Array):
     """log p(token) and the entropy of softmax(logits), float32."""
     logp = jax.nn.log_softmax(logits_NxV.astype(jnp.float32), axis=-1)
@@ -160,6 +176,10 @@ def _decode(cfg: ModelConfig, params, cache, logits0_RxV, start_pos_R, keys_R, t
     each chunk; inside a loop it is carried state that XLA updates in place."""
     logits0, start_pos = logits0_RxV, start_pos_R
     r, t_max = logits0.shape[0], max_new_tokens
+    if cfg.tie_embeddings:  # a [D, V] copy of the tied head, made once: the per-step logits matmul then
+        # reads it row-major instead of through a transpose (242 -> ~140 us per step here, PERF.md #13)
+        params = dict(params, lm_head=jax.lax.optimization_barrier(params["embed"].T))
+        cfg = cfg.replace(tie_embeddings=False)
     eos = jnp.asarray(eos_ids if eos_ids else (-1,), jnp.int32)
 
     def row_temperatures(logits):
@@ -175,8 +195,8 @@ def _decode(cfg: ModelConfig, params, cache, logits0_RxV, start_pos_R, keys_R, t
         temp_R = row_temperatures(logits)
         greedy = (temp_R <= 0)[:, None]
         dist = process_logits(logits, temperature=temp_R[:, None], top_k=top_k, top_p=top_p)
-        sampled = jax.vmap(jax.random.categorical)(step_keys, dist)
-        token = jnp.where(greedy[:, 0], jnp.argmax(logits, axis=-1), sampled).astype(jnp.int32)
+        sampled = sample_categorical(step_keys, dist)
+        token = jnp.where(greedy[:, 0], argmax_last(logits), sampled).astype(jnp.int32)
         lp, ent = logprobs_and_entropy(jnp.where(greedy, logits.astype(jnp.float32), dist), token)
         token = jnp.where(done, pad_id, token)
         toks = toks.at[:, t].set(token)
