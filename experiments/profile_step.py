@@ -92,7 +92,7 @@ def main(argv=None) -> dict:
         def body(t, acc):
             step_keys = jax.vmap(jax.random.fold_in, in_axes=(0, None))(ks, t)
             dist = sampler.process_logits(lg, temperature=1.0)
-            tok = jax.vmap(jax.random.categorical)(step_keys, dist)
+            tok = sampler.sample_categorical(step_keys, dist)
             lp, ent = sampler.logprobs_and_entropy(dist, tok)
             return acc + lp + ent
         return jax.lax.fori_loop(0, loop_n, body, jnp.zeros((rows,)))
