@@ -45,6 +45,17 @@ def test_profile_step_writes_a_roofline_per_part(tmp_path):
     assert "of roofline" in out.stdout
 
 
+def test_bench_train_runs_the_gpu_path_settings_on_cpu():
+    """The accelerator settings of bench_train (bf16 params, a data mesh of 2 devices, so the rollout takes
+    the per-device shard_map path) on a tiny model: runs and prints the split. bf16 used to crash in the
+    train step (PERF.md #18)."""
+    out = subprocess.run([sys.executable, "experiments/bench_train.py", "--preset", "tiny", "--dtype", "bfloat16",
+                          "--devices", "2", "--prompts", "2", "--group", "2", "--new-tokens", "8", "--repeats", "1",
+                          "--microbatches", "2"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "bfloat16, 2 device(s)" in out.stdout and "full GRPO step" in out.stdout
+
+
 def test_bench_scaling_smoke_prints_the_three_tables(tmp_path):
     out_file = tmp_path / "scaling.json"
     out = subprocess.run([sys.executable, "experiments/bench_scaling.py", "--smoke", "--out", str(out_file)], cwd=ROOT,

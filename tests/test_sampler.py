@@ -284,3 +284,18 @@ def test_decode_chunks_cover_every_step_once():
         assert len(ends) <= 8
         if t >= 32:
             assert min(b - a for a, b in zip([0] + ends, ends)) >= 32 or len(ends) == 1
+
+
+def test_argmax_last_matches_jnp_argmax_and_the_draw_matches_categorical():
+    """argmax_last is jnp.argmax (first index of the maximum, ties included) on finite rows, and
+    sample_categorical draws exactly jax.random.categorical's tokens from the same keys (same Gumbel
+    noise), so swapping it in changed no rollout."""
+    from grpo_jax.sampler import argmax_last, sample_categorical
+
+    x = jnp.array([[1.0, 3.0, 3.0, 0.0], [-jnp.inf, -jnp.inf, 2.0, 2.0], [5.0, 5.0, 5.0, 5.0]])
+    np.testing.assert_array_equal(argmax_last(x), jnp.argmax(x, axis=-1))  # [1, 2, 0]
+    wide = jax.random.normal(jax.random.key(0), (64, 512)) * 4.0
+    np.testing.assert_array_equal(argmax_last(wide), jnp.argmax(wide, axis=-1))
+    assert int(argmax_last(jnp.array([jnp.nan, 1.0, 2.0]))) == 2  # documented: in range, never out of bounds
+    keys = jax.random.split(jax.random.key(1), 64)
+    np.testing.assert_array_equal(sample_categorical(keys, wide), jax.vmap(jax.random.categorical)(keys, wide))
