@@ -69,7 +69,7 @@ def summarize(rows: list[dict], *, sft: dict, wall: float, seed: int) -> dict:
 def targets(s: dict) -> list[tuple[str, bool]]:
     return [
         (f"accuracy_final - accuracy_sft = {s['accuracy_final'] - s['accuracy_sft']:+.3f} >= 0.15",
-         s["accuracy_final"] - s["accuracy_sft"] >= 0.15),
+         s["accuracy_final"] - s["accuracy_sft"] >= 0.15 - 1e-9),  # 75/500 - 0 in floats is 0.1499999...
         (f"format_rate_final = {s['format_rate_final']:.3f} >= 0.98", s["format_rate_final"] >= 0.98),
         (f"entropy_final = {s['entropy_final']:.3f} > 0.1 x entropy_first = {0.1 * s['entropy_first']:.3f}",
          s["entropy_final"] > 0.1 * s["entropy_first"]),
