@@ -88,7 +88,7 @@ def process_logits(logits: jax.Array, *, temperature, top_k: int = 0, top_p: flo
 def argmax_last(x: jax.Array) -> jax.Array:
     """jnp.argmax over the last axis (first index of the maximum), as two plain reductions: XLA:CPU runs
     argmax as one variadic (value, index) reduce that does not vectorise (~0.4 ms per decode step for
-    32 x 512 logits, 8% of the step; PERF.md #13). A row with a NaN gives its last index."""
+    32 x 512 logits, 8% of the step; PERF.md #14). A row with a NaN gives its last index."""
     top = jnp.max(x, axis=-1, keepdims=True)
     idx = jnp.arange(x.shape[-1], dtype=jnp.int32)
     return jnp.minimum(jnp.min(jnp.where(x == top, idx, x.shape[-1]), axis=-1), x.shape[-1] - 1)
@@ -177,8 +177,8 @@ def _decode(cfg: ModelConfig, params, cache, logits0_RxV, start_pos_R, keys_R, t
     logits0, start_pos = logits0_RxV, start_pos_R
     r, t_max = logits0.shape[0], max_new_tokens
     if cfg.tie_embeddings:  # a [D, V] copy of the tied head, made once: the per-step logits matmul then
-        # reads it row-major instead of through a transpose (242 -> ~140 us per step here, PERF.md #13)
-        params = dict(params, lm_head=jax.lax.optimization_barrier(params["embed"].T))
+        # reads it row-major instead of through a transpose (242 -> 155 us per step here, PERF.md #15)
+        params = dict(params, lm_head=params["embed"].T)
         cfg = cfg.replace(tie_embeddings=False)
     eos = jnp.asarray(eos_ids if eos_ids else (-1,), jnp.int32)
 
@@ -376,7 +376,7 @@ def sample_pmap(cfg: ModelConfig, params, prompt_tokens, prompt_mask, *, key, gr
 @functools.lru_cache(maxsize=64)
 def _pmapped(cfg: ModelConfig, devices: tuple, static: tuple):
     """`sample_core` pmapped over `devices`, built once per (config, devices, statics): a fresh closure per
-    call would miss pmap's cache and recompile every rollout (5.3 s instead of 0.6 s, PERF.md #12)."""
+    call would miss pmap's cache and recompile every rollout (5.3 s instead of 0.6 s, PERF.md #13)."""
     kw = dict(static)
 
     def per_device(p, tok, msk, pid, key, temperature):
