@@ -1,5 +1,5 @@
 """The default experiment: a from-scratch model learns 3-digit addition, supervised to a weak baseline,
-then improved by GRPO with correctness + format rewards. 2 CPU cores, no network, about 15 minutes.
+then improved by GRPO with correctness + format rewards. 2 CPU cores, no network, 8-11 minutes.
 
     python experiments/arithmetic.py                          # writes runs/arithmetic/report.md
     python experiments/arithmetic.py --seed 1 --out runs/arith-s1
@@ -12,7 +12,8 @@ curve (entropy_first -> entropy_final) and the fraction of zero-variance groups.
 width 128, 2 layers; warm start stopped at 30% validation accuracy; 32 prompts x G=8, temperature 1,
 lr 1e-4, beta 0, eps 0.2, one update per rollout, reward = correct + 0.1 x format, DAPO dynamic sampling
 (64 prompts drawn per step, the 32 groups used are those whose rewards differ; without it seed 2 gained
-only +12.8 points in 600 steps).
+only +12.8 points in 600 steps), 1,000 steps (at 600, seed 2 gained +13.2 and missed the +15 target; at
+1,000 the three seeds gain +26.4, +30.4 and +17.0 in 494-646 s).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ SFT_SMOKE = dict(target_accuracy=0.30, max_steps=4, batch_size=16, lr=1e-3, eval
 
 def get_config(smoke: bool = False) -> TrainConfig:
     cfg = override(TrainConfig(), [
-        "steps=600", "prompts_per_step=32", "sampling.group_size=8", "sampling.max_new_tokens=14",
+        "steps=1000", "prompts_per_step=32", "sampling.group_size=8", "sampling.max_new_tokens=14",
         "model.preset=tiny", "model.d_model=128", "model.n_layers=2", "model.n_heads=4", "model.n_kv_heads=4",
         "model.head_dim=32", "model.mlp_dim=384", "optim.lr=1e-4", "loss.beta=0.0", "task.name=arithmetic",
         "task.n_train=20000", "task.n_eval=500", "logging.eval_every=100", "checkpoint.every=100",
