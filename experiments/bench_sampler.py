@@ -17,7 +17,6 @@ import os
 import statistics
 import sys
 import tempfile
-import time
 
 
 def get_config() -> dict:
@@ -108,14 +107,7 @@ def main(argv=None) -> dict:
             assert int(ro.lengths.min()) == n
 
         runners = {"grpo-jax": run_ours, **({"transformers generate": run_hf} if args.hf else {})}
-        times = {k: [] for k in runners}
-        for k, fn_ in runners.items():  # warm-up (compilation)
-            fn_()
-        for _ in range(args.repeats):
-            for k, fn_ in runners.items():
-                start = time.perf_counter()
-                fn_()
-                times[k].append(time.perf_counter() - start)
+        times = perf.alternating_times(runners, args.repeats)
     tokens_generated = b * g * n
     width = bucket_length(p)  # the work our sampler does: prefill once per prompt, decode over the filled cache
     flops = perf.forward_flops(cfg, b, width) + sum(perf.decode_step_flops(cfg, b * g, width + t + 1) for t in range(n))

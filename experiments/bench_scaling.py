@@ -6,16 +6,18 @@ and the model width double.
     python experiments/bench_scaling.py --smoke           # seconds: tiny model, two points per sweep (tests)
     python experiments/bench_scaling.py --platform gpu --dtype bfloat16 --preset qwen2.5-0.5b --prompts 16
 
-Work: `--prompts` prompts of 16 tokens, G completions of T tokens (EOS suppressed), one GRPO update
-(beta 0.04, reference pass included) in microbatches of about `--tokens-per-microbatch` tokens (whole
-rows), so a bigger G or T means more microbatches of the same size. Fixed point G=8, T=128, width 256 (bench_qwen2_tiny); each
-sweep doubles one of them. "x linear" is (time / first row's time) / (work / first row's work), where
+Work: `--prompts` prompts of 16 tokens, G completions of T tokens (EOS suppressed), one GRPO update (beta
+0.04, reference pass included) in microbatches of about `--tokens-per-microbatch` tokens (whole rows), so a
+bigger G or T means more microbatches of the same size. Fixed point G=8, T=128, width 256 (bench_qwen2_tiny);
+each sweep doubles one of them. All points of a sweep are compiled first and then timed in alternating rounds
+(`--repeats` rounds, one call of each point's rollout and update per round; medians), so machine drift between
+minutes does not enter the ratios. "x linear" is (time / first row's time) / (work / first row's work), where
 work counts generated tokens (rollout) and trained tokens (update) for the G and T sweeps and matmul
-parameters for the width sweep: 1.00 = exactly linear, below 1 = fixed costs being amortised. "x FLOPs"
-is the same ratio for the FLOPs counted from the shapes (`grpo_jax.perf`): where it passes 1, the
-arithmetic itself grows faster than the work (attention's T^2 term), so no implementation stays linear. Peak memory
-is XLA's planned footprint of the compiled program (arguments + outputs + temporaries,
-`compiled.memory_analysis()`), so it is the same on any machine for the same shapes.
+parameters for the width sweep: 1.00 = exactly linear, below 1 = fixed costs being amortised. "x FLOPs" is the
+same ratio for the FLOPs counted from the shapes (`grpo_jax.perf`): where it passes 1, the arithmetic itself
+grows faster than the work (attention's T^2 term), so no implementation stays linear. Peak memory is XLA's
+planned footprint of the compiled program (arguments + outputs + temporaries, `compiled.memory_analysis()`),
+so it is the same on any machine for the same shapes.
 """
 
 from __future__ import annotations
@@ -38,7 +40,9 @@ def _peak_bytes(compiled) -> int:
     return int(m.argument_size_in_bytes + m.output_size_in_bytes + m.temp_size_in_bytes - m.alias_size_in_bytes)
 
 
-def measure(point: dict, args) -> dict:
+def build(point: dict, args) -> dict:
+    """One point of a sweep, compiled and ready: its figures (shapes, FLOPs, planned memory) and the two
+    callables to time, `rollout` and `update`."""
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -75,7 +79,6 @@ def measure(point: dict, args) -> dict:
         return jax.block_until_ready(ro)
 
     ro = rollout()
-    rollout_s = perf.median_time(rollout, args.repeats)
     cache, logits0, lengths = sampler._prefill(mc, params, tokens, tmask, group_size=g, max_new_tokens=n)
     decode_args = (mc, params, cache, logits0, lengths, sampler.row_keys(jax.random.key(0), jnp.arange(b), g),
                    jnp.float32(1.0))
@@ -91,7 +94,6 @@ def measure(point: dict, args) -> dict:
     state = train.init_state(params, opt, keep_reference=True)
     step = jax.jit(train.make_train_step(mc, cfg, opt))
     key = jax.random.key(5)
-    update_s = perf.median_time(lambda: jax.block_until_ready(step(state, batch, key)), args.repeats)
     update_mem = _peak_bytes(step.lower(state, batch, key).compile())
     width_p = tokens.shape[1]
     rollout_flops = perf.forward_flops(mc, b, width_p) + sum(
@@ -99,9 +101,25 @@ def measure(point: dict, args) -> dict:
     update_flops = 4 * perf.forward_flops(mc, rows, seq.shape[1])  # forward + backward (2x) + reference
     return {"group": g, "new_tokens": n, "width": mc.d_model, "rows": rows, "microbatches": micro,
             "rollout_flops": rollout_flops, "update_flops": update_flops,
-            "generated_tokens": rows * n, "trained_tokens": rows * seq.shape[1], "rollout_s": rollout_s,
-            "update_s": update_s, "rollout_peak_mb": rollout_mem / 2**20, "update_peak_mb": update_mem / 2**20,
-            "params_m": mc.num_params() / 1e6}
+            "generated_tokens": rows * n, "trained_tokens": rows * seq.shape[1],
+            "rollout_peak_mb": rollout_mem / 2**20, "update_peak_mb": update_mem / 2**20,
+            "params_m": mc.num_params() / 1e6,
+            "rollout": rollout, "update": lambda: jax.block_until_ready(step(state, batch, key))}
+
+
+def measure(points: list[dict], args) -> list[dict]:
+    """Every point of a sweep built first, then timed in alternating rounds (`perf.alternating_times`), so
+    the ratios between points are not machine drift between minutes. Median seconds per part."""
+    import statistics
+
+    from grpo_jax import perf
+
+    built = [build(point, args) for point in points]
+    fns = {(i, part): b[part] for i, b in enumerate(built) for part in ("rollout", "update")}
+    times = perf.alternating_times(fns, args.repeats)
+    return [{**{k: v for k, v in b.items() if k not in ("rollout", "update")},
+             "rollout_s": statistics.median(times[(i, "rollout")]),
+             "update_s": statistics.median(times[(i, "update")])} for i, b in enumerate(built)]
 
 
 def table(name: str, results: list[dict]) -> str:
@@ -131,7 +149,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--sweep", choices=list(SWEEPS) + ["all"], default="all")
     ap.add_argument("--prompts", type=int, default=4)
     ap.add_argument("--tokens-per-microbatch", type=int, default=1152, help="8 rows of 16 + 128 tokens")
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--preset", default="bench_qwen2_tiny")
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     ap.add_argument("--platform", default="cpu")
@@ -153,7 +171,7 @@ def main(argv=None) -> dict:
         if args.smoke:  # tiny model: short completions, widths around its own
             points = [{**pt, "new_tokens": min(pt.get("new_tokens", 16), 16)} for pt in points]
             points = [{**pt, "width": pt["width"] // 4} if "width" in pt else pt for pt in points]
-        out[name] = [measure(point, args) for point in points]
+        out[name] = measure(points, args)
         print(f"\n{name} sweep ({args.prompts} prompts, 16-token prompts, {args.dtype}, "
               f"{jax.devices()[0].platform}; others fixed at G=8, T=128, width 256{' / 64 (smoke)' if args.smoke else ''}):")
         print(table(name, out[name]))

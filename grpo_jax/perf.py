@@ -64,13 +64,23 @@ def forward_bytes(cfg: ModelConfig, n_rows: int, seq_len: int, itemsize: int = 4
 
 def median_time(fn, repeats: int) -> float:
     """Median wall seconds of fn() over `repeats` calls after one warm-up call (compilation)."""
-    fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
+    return statistics.median(alternating_times({"fn": fn}, repeats)["fn"])
+
+
+def alternating_times(fns: dict, repeats: int) -> dict:
+    """Wall seconds of each fn() in `fns` over `repeats` rounds, one call of every fn per round, after one
+    warm-up call each (compilation). Comparisons between the fns are then made at the same moments, so the
+    machine's drift (up to ~30% here between minutes) hits all of them alike instead of whichever ran last.
+    Returns {name: [seconds per round]}."""
+    for fn in fns.values():
         fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    times = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - start)
+    return times
 
 
 def _best_time(fn, repeats: int) -> float:

@@ -27,3 +27,12 @@ def test_forward_flops_is_two_flops_per_multiply_add():
     attention = cfg.n_layers * 2 * length * length * cfg.n_heads * cfg.head_dim
     assert perf.forward_flops(cfg, rows, length) == 2.0 * rows * (length * perf.matmul_params(cfg) + attention)
     assert perf.decode_step_flops(cfg, rows, 1) == 2.0 * rows * (perf.matmul_params(cfg) + cfg.n_layers * 2 * 8 * 32)
+
+
+def test_alternating_times_interleaves_the_calls_after_one_warm_up_each():
+    calls = []
+    fns = {name: (lambda name=name: calls.append(name)) for name in ("a", "b", "c")}
+    times = perf.alternating_times(fns, repeats=3)
+    # one warm-up call each, then 3 rounds of a, b, c: the timed calls alternate, none runs twice in a row
+    assert calls == ["a", "b", "c"] * 4
+    assert set(times) == {"a", "b", "c"} and all(len(t) == 3 and min(t) >= 0 for t in times.values())
