@@ -40,9 +40,9 @@ def _peak_bytes(compiled) -> int:
     return int(m.argument_size_in_bytes + m.output_size_in_bytes + m.temp_size_in_bytes - m.alias_size_in_bytes)
 
 
-def build(point: dict, args) -> dict:
-    """One point of a sweep, compiled and ready: its figures (shapes, FLOPs, planned memory) and the two
-    callables to time, `rollout` and `update`."""
+def build(point: dict, args) -> tuple[dict, dict]:
+    """One point of a sweep, compiled and ready: (its figures: shapes, FLOPs, planned memory; the two
+    callables to time, {"rollout": ..., "update": ...})."""
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -99,12 +99,12 @@ def build(point: dict, args) -> dict:
     rollout_flops = perf.forward_flops(mc, b, width_p) + sum(
         perf.decode_step_flops(mc, rows, width_p + t + 1) for t in range(n))
     update_flops = 4 * perf.forward_flops(mc, rows, seq.shape[1])  # forward + backward (2x) + reference
-    return {"group": g, "new_tokens": n, "width": mc.d_model, "rows": rows, "microbatches": micro,
-            "rollout_flops": rollout_flops, "update_flops": update_flops,
-            "generated_tokens": rows * n, "trained_tokens": rows * seq.shape[1],
-            "rollout_peak_mb": rollout_mem / 2**20, "update_peak_mb": update_mem / 2**20,
-            "params_m": mc.num_params() / 1e6,
-            "rollout": rollout, "update": lambda: jax.block_until_ready(step(state, batch, key))}
+    figures = {"group": g, "new_tokens": n, "width": mc.d_model, "rows": rows, "microbatches": micro,
+               "rollout_flops": rollout_flops, "update_flops": update_flops,
+               "generated_tokens": rows * n, "trained_tokens": rows * seq.shape[1],
+               "rollout_peak_mb": rollout_mem / 2**20, "update_peak_mb": update_mem / 2**20,
+               "params_m": mc.num_params() / 1e6}
+    return figures, {"rollout": rollout, "update": lambda: jax.block_until_ready(step(state, batch, key))}
 
 
 def measure(points: list[dict], args) -> list[dict]:
@@ -115,11 +115,10 @@ def measure(points: list[dict], args) -> list[dict]:
     from grpo_jax import perf
 
     built = [build(point, args) for point in points]
-    fns = {(i, part): b[part] for i, b in enumerate(built) for part in ("rollout", "update")}
+    fns = {(i, part): fn for i, (_, parts) in enumerate(built) for part, fn in parts.items()}
     times = perf.alternating_times(fns, args.repeats)
-    return [{**{k: v for k, v in b.items() if k not in ("rollout", "update")},
-             "rollout_s": statistics.median(times[(i, "rollout")]),
-             "update_s": statistics.median(times[(i, "update")])} for i, b in enumerate(built)]
+    return [{**figures, **{f"{part}_s": statistics.median(times[(i, part)]) for part in parts}}
+            for i, (figures, parts) in enumerate(built)]
 
 
 def table(name: str, results: list[dict]) -> str:

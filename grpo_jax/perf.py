@@ -84,13 +84,7 @@ def alternating_times(fns: dict, repeats: int) -> dict:
 
 
 def _best_time(fn, repeats: int) -> float:
-    fn()
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - start)
-    return best
+    return min(alternating_times({"fn": fn}, repeats)["fn"])
 
 
 def matmul_peak(dtype: str = "float32", n: int = 2048, repeats: int = 5, device=None) -> float:
