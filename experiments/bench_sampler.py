@@ -4,7 +4,7 @@
     python experiments/bench_sampler.py --dtype bfloat16 --devices 1
     python experiments/bench_sampler.py --no-hf --preset qwen2.5-0.5b --dtype bfloat16 --platform gpu
 
-Work (NOTES.md): tiny Qwen2 (vocab 512, hidden 256, MLP 688, 4 layers, 8 heads, 2 KV heads, tied), random
+Work (docs/measurements.md §1): tiny Qwen2 (vocab 512, hidden 256, MLP 688, 4 layers, 8 heads, 2 KV heads, tied), random
 init in transformers (seed 0), saved with `save_pretrained` and read with `models.load_hf`; 8 prompts x
 G=8, 16-token prompts, 128 new tokens with EOS suppressed, temperature 1. Prints generated tokens/s (median
 of --repeats timed runs after a warm-up), runs alternating between the two so machine noise hits both.

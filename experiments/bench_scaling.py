@@ -48,7 +48,7 @@ def build(point: dict, args) -> tuple[dict, dict]:
     import numpy as np
 
     import models
-    from grpo_jax import perf, sampler, train
+    from grpo_jax import experience, perf, sampler, train
     from grpo_jax.config import TrainConfig, override
 
     g, n, width = point.get("group", 8), point.get("new_tokens", 128), point.get("width", 0)
@@ -85,26 +85,22 @@ def build(point: dict, args) -> tuple[dict, dict]:
     decode_kw = dict(max_new_tokens=n, top_k=0, top_p=1.0, eos_ids=(), pad_id=0, token_temperature=())
     rollout_mem = _peak_bytes(sampler._decode.lower(*decode_args, **decode_kw).compile())
 
-    seq, seq_mask, _ = sampler.full_sequences(prompts, mask, ro)
-    batch = train.Batch(tokens=seq, attn_mask=seq_mask, loss_mask=ro.completion_mask.reshape(rows, -1) > 0,
-                        old_logp=ro.logprobs.reshape(rows, -1),
-                        advantages=jnp.asarray(np.random.RandomState(1).randn(rows).astype(np.float32)),
-                        temperatures=ro.temperatures.reshape(rows, -1), entropy_coef=jnp.zeros((rows,)))
+    batch = experience.batch_from_rollout(ro, jnp.asarray(np.random.RandomState(1).randn(rows).astype(np.float32)))
     opt = train.make_optimizer(cfg)
     state = train.init_state(params, opt, keep_reference=True)
     step = jax.jit(train.make_train_step(mc, cfg, opt))
     key = jax.random.key(5)
-    update_mem = _peak_bytes(step.lower(state, batch, key).compile())
+    update_mem = _peak_bytes(step.lower(state, batch, key, jnp.float32(0.0)).compile())
     width_p = tokens.shape[1]
     rollout_flops = perf.forward_flops(mc, b, width_p) + sum(
         perf.decode_step_flops(mc, rows, width_p + t + 1) for t in range(n))
-    update_flops = 4 * perf.forward_flops(mc, rows, seq.shape[1])  # forward + backward (2x) + reference
+    update_flops = 4 * perf.forward_flops(mc, rows, batch.tokens.shape[1])  # forward + backward (2x) + reference
     figures = {"group": g, "new_tokens": n, "width": mc.d_model, "rows": rows, "microbatches": micro,
                "rollout_flops": rollout_flops, "update_flops": update_flops,
-               "generated_tokens": rows * n, "trained_tokens": rows * seq.shape[1],
+               "generated_tokens": rows * n, "trained_tokens": rows * batch.tokens.shape[1],
                "rollout_peak_mb": rollout_mem / 2**20, "update_peak_mb": update_mem / 2**20,
                "params_m": mc.num_params() / 1e6}
-    return figures, {"rollout": rollout, "update": lambda: jax.block_until_ready(step(state, batch, key))}
+    return figures, {"rollout": rollout, "update": lambda: jax.block_until_ready(step(state, batch, key, jnp.float32(0.0)))}
 
 
 def measure(points: list[dict], args) -> list[dict]:

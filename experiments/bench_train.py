@@ -9,7 +9,7 @@
     python experiments/bench_train.py --trl            # + TRL's GRPOTrainer on the same work, same process
                                                        #   (pip install -e '.[peers]'; experiments/peer_trl.py)
 
-Work (NOTES.md: TRL's GRPOTrainer took ~2.1 s/step for it on a faster CPU; `--trl` measures it here): tiny Qwen2 (vocab 512, hidden 256,
+Work (docs/measurements.md §1: TRL's GRPOTrainer took ~2.1 s/step for it on a faster CPU; `--trl` measures it here): tiny Qwen2 (vocab 512, hidden 256,
 MLP 688, 4 layers, 8/2 heads, tied), 8 prompts x G=8, 16-token prompts, 128 new tokens (EOS suppressed),
 beta = 0.04 (k3 KL to a frozen reference), one update per rollout. Rewards are random numbers: scoring is
 not part of this figure. The update's FLOPs are counted from the shapes (`grpo_jax.perf`: 3x the forward,
@@ -52,7 +52,7 @@ def main(argv=None) -> dict:
     import numpy as np
 
     import models
-    from grpo_jax import perf, sampler, sharding, train
+    from grpo_jax import experience, perf, sampler, sharding, train
     from grpo_jax.config import TrainConfig, override
 
     perf.tune_host_allocator()
@@ -81,13 +81,9 @@ def main(argv=None) -> dict:
                             max_new_tokens=n)
         jax.block_until_ready(ro.tokens)
         t1 = time.perf_counter()
-        seq, seq_mask, _ = sampler.full_sequences(prompts, mask, ro)
-        adv = jnp.asarray(rng.randn(b * g).astype(np.float32))
-        batch = train.Batch(tokens=seq, attn_mask=seq_mask, loss_mask=ro.completion_mask.reshape(b * g, -1) > 0,
-                            old_logp=ro.logprobs.reshape(b * g, -1), advantages=adv,
-                            temperatures=ro.temperatures.reshape(b * g, -1), entropy_coef=jnp.zeros((b * g,)))
+        batch = experience.batch_from_rollout(ro, jnp.asarray(rng.randn(b * g).astype(np.float32)))
         batch = jax.tree.map(lambda x: jax.device_put(x, sharding.batch_sharding(mesh, x.ndim)), batch)
-        state, metrics = step_fn(state, batch, jax.random.key(10_000 + i))
+        state, metrics = step_fn(state, batch, jax.random.key(10_000 + i), jnp.float32(0.0))
         jax.block_until_ready(metrics["loss"])
         t2 = time.perf_counter()
         jax.block_until_ready(ref_fn(state.ref_params, batch))

@@ -17,7 +17,7 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
-from grpo_jax.advantages import ESTIMATORS, compute_advantages
+from grpo_jax.advantages import ESTIMATORS, compute_advantages, weighted_total
 from grpo_jax.config import AdvantageConfig
 from grpo_jax.diagnostics import reward_diagnostics
 
@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> None:
         rewards, weights = sample_rewards(cfg, scenario, jax.random.fold_in(key, index))
         for name in ESTIMATORS:
             adv, _ = advantages(rewards, weights, cfg=AdvantageConfig(estimator=name))
-            out = diagnostics(rewards, weights, adv)
+            out = diagnostics(rewards, weighted_total(rewards, weights), adv)
             corr = [f"{float(c):+.3f}" for c in out["reward/adv_corr"]]
             corr[2] = corr[2] if scenario.weights[2] > 0 else "-"
             distinct = float(jnp.mean(out["adv/distinct_per_group"]))

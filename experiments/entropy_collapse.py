@@ -63,7 +63,7 @@ def summarize(rows: list[dict]) -> dict:
 
 
 def main(argv=None) -> dict:
-    from grpo_jax.train import parse_args
+    from grpo_jax.cli import parse_args
 
     args, cfg = parse_args(argv, description=__doc__, get_config=get_config)
     out, seeds, sft = study_settings(args, cfg, "runs/entropy_collapse")

@@ -69,7 +69,8 @@ def make_smoke_assets(folder: str) -> dict[str, str]:
 
 
 def main(argv=None) -> dict:
-    from grpo_jax.train import Trainer, parse_args
+    from grpo_jax.cli import parse_args
+    from grpo_jax.train import Trainer
 
     args, cfg = parse_args(argv, description=__doc__, get_config=get_config)
     out = args.out if args.out != "runs/grpo" else "runs/hf_math"

@@ -41,7 +41,8 @@ def main(argv=None) -> dict:
     import numpy as np
 
     import models
-    from grpo_jax import perf, sampler, train
+    from models.rope import rope_positions
+    from grpo_jax import experience, perf, sampler, train
     from grpo_jax.config import TrainConfig, override
 
     perf.tune_host_allocator()
@@ -70,7 +71,7 @@ def main(argv=None) -> dict:
     cache = models.init_cache(mc, rows, mean_fill + 1, aligned=True)
     cache = {**cache, "end_index": jnp.int32(mean_fill), "mask": jnp.ones((rows, mean_fill + 1), bool)}
     step_tokens = jnp.ones((rows, 1), jnp.int32)
-    step_pos = sampler.rope_positions(mc, jnp.full((rows, 1), mean_fill, jnp.int32))
+    step_pos = rope_positions(mc, jnp.full((rows, 1), mean_fill, jnp.int32))
     loop_n = 32
 
     @jax.jit
@@ -112,11 +113,7 @@ def main(argv=None) -> dict:
                                                 decode_bytes + parts["prefill"][2])
 
     # --- update --------------------------------------------------------------------------------------
-    seq, seq_mask, _ = sampler.full_sequences(prompts, mask, ro)
-    batch = train.Batch(tokens=seq, attn_mask=seq_mask, loss_mask=ro.completion_mask.reshape(rows, -1) > 0,
-                        old_logp=ro.logprobs.reshape(rows, -1),
-                        advantages=jnp.asarray(np.random.RandomState(1).randn(rows).astype(np.float32)),
-                        temperatures=ro.temperatures.reshape(rows, -1), entropy_coef=jnp.zeros((rows,)))
+    batch = experience.batch_from_rollout(ro, jnp.asarray(np.random.RandomState(1).randn(rows).astype(np.float32)))
     chunks = args.microbatches
     fwd_flops = perf.forward_flops(mc, rows, seq_len)
     fwd_bytes = perf.forward_bytes(mc, rows, seq_len, itemsize)
@@ -131,14 +128,14 @@ def main(argv=None) -> dict:
 
     @jax.jit
     def loss_forward(prm):
-        return jax.lax.map(lambda x: micro_loss(prm, x[0], x[1], key)[0], sliced).sum()
+        return jax.lax.map(lambda x: micro_loss(prm, x[0], x[1], key, jnp.float32(0.0))[0], sliced).sum()
 
     grad_fn = jax.value_and_grad(micro_loss, has_aux=True)
 
     @jax.jit
     def loss_grad(prm):
         def acc(carry, x):
-            (num, _), grads = grad_fn(prm, x[0], x[1], key)
+            (num, _), grads = grad_fn(prm, x[0], x[1], key, jnp.float32(0.0))
             return jax.tree.map(jnp.add, carry, grads), num
         zeros = jax.tree.map(jnp.zeros_like, prm)
         return jax.lax.scan(acc, zeros, sliced)
@@ -162,10 +159,10 @@ def main(argv=None) -> dict:
     if args.trace:
         state = train.init_state(params, opt, keep_reference=True)
         step_fn = jax.jit(train.make_train_step(mc, cfg, opt))
-        block(step_fn(state, batch, key))
+        block(step_fn(state, batch, key, jnp.float32(0.0)))
         with jax.profiler.trace(args.trace):
             rollout()
-            block(step_fn(state, batch, key))
+            block(step_fn(state, batch, key, jnp.float32(0.0)))
         print(f"trace written to {args.trace} (open with TensorBoard's profile plugin or Perfetto)")
 
     peak = perf.matmul_peak(args.dtype)

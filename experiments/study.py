@@ -7,15 +7,24 @@ The study writes `<out>/results.json`, `<out>/results.md` and comparison plots u
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+import matplotlib  # noqa: E402
+
+matplotlib.use("Agg")  # before pyplot: files only, no display
+import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from grpo_jax.config import TrainConfig, override  # noqa: E402
+from grpo_jax.fileio import atomic_write_text  # noqa: E402
+from grpo_jax.runlog import read_jsonl  # noqa: E402
+from grpo_jax.sft import warm_start  # noqa: E402
+from grpo_jax.train import Trainer  # noqa: E402
 
 
 def study_settings(args, cfg: TrainConfig, default_out: str):
@@ -36,10 +45,6 @@ def run_study(base: TrainConfig, arms: dict[str, list[str]], *, seeds, out: str,
 
     summarize_only: train nothing; collect the figures of every (arm, seed) run already under `out` that
     finished all its steps (seeds trained in separate processes with --seeds land in the same tree)."""
-    from grpo_jax.logging import read_jsonl
-    from grpo_jax.sft import warm_start
-    from grpo_jax.train import Trainer
-
     results = {arm: [] for arm in arms}
     start = time.perf_counter()
     if summarize_only:
@@ -59,8 +64,8 @@ def run_study(base: TrainConfig, arms: dict[str, list[str]], *, seeds, out: str,
         warm = Trainer(override(seed_cfg, ["logging.tensorboard=false"]), os.path.join(out, "warm_start", f"seed{seed}"),
                        quiet=True)
         valid = warm.task.generate("valid", n_valid, seed)
-        sft_summary = warm_start(warm, valid, seed=seed, log=(lambda *_: None), **sft)
-        params = warm.state.params
+        params, sft_summary = warm_start(warm.actor, warm.state.params, warm.stream.rows, valid,
+                                         solution=warm.task.solution, seed=seed, log=(lambda *_: None), **sft)
         warm.logger.close()
         for arm, overrides in arms.items():
             run_dir = os.path.join(out, arm, f"seed{seed}")
@@ -95,13 +100,6 @@ def table(results: dict, columns: list[str]) -> str:
 
 def plot_curves(out: str, arms, key: str, ylabel: str, name: str) -> str:
     """One line per arm (mean over seeds) of a metric against the step."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from grpo_jax.logging import read_jsonl
-
     fig, ax = plt.subplots(figsize=(7, 4))
     for arm in arms:
         curves = []
@@ -127,10 +125,6 @@ def plot_curves(out: str, arms, key: str, ylabel: str, name: str) -> str:
 
 
 def write_study(out: str, study: dict, *, title: str, columns: list[str], plots: list[str], notes: str) -> None:
-    import json
-
-    from grpo_jax.fileio import atomic_write_text
-
     md = [f"# {title}", "", notes, "", table(study["results"], columns), ""]
     md += [f"![{os.path.basename(p)}](plots/{os.path.basename(p)})" for p in plots]
     atomic_write_text(os.path.join(out, "results.md"), "\n".join(md) + "\n")

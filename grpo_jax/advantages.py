@@ -33,7 +33,7 @@ from typing import Callable
 import jax
 import jax.numpy as jnp
 
-from grpo_jax.config import AdvantageConfig
+from grpo_jax.config import ADVANTAGE_ESTIMATORS, AdvantageConfig
 
 Array = jax.Array
 Aux = dict[str, Array]
@@ -83,9 +83,11 @@ def _prepare(rewards: Array, weights: Array, valid: Array | None) -> tuple[Array
     return jax.lax.stop_gradient(rewards_BGK), weights_K, valid_BG
 
 
-def _weighted_nansum(rewards_BGK: Array, weights_K: Array) -> Array:
-    """r_total = sum_k w_k r_k, NaN entries skipped (TRL ``nansum``)."""
-    return jnp.sum(jnp.where(jnp.isnan(rewards_BGK), 0.0, rewards_BGK * weights_K), axis=-1)  # [B, G]
+def weighted_total(rewards_BGK: Array, weights_K: Array) -> Array:
+    """r_total = sum_k w_k r_k [B, G] float32, NaN entries skipped (TRL ``nansum``). The one definition of
+    the weighted total: the estimators, dynamic sampling and the diagnostics all use it."""
+    rewards_BGK = jnp.asarray(rewards_BGK, jnp.float32)
+    return jnp.sum(jnp.where(jnp.isnan(rewards_BGK), 0.0, rewards_BGK * jnp.asarray(weights_K, jnp.float32)), axis=-1)
 
 
 def _per_dim_fused(
@@ -138,7 +140,7 @@ def grpo(
         A_i = (r_i - mean(r_1..r_G)) / (std(r_1..r_G) + eps)
     """
     rewards_BGK, weights_K, valid_BG = _prepare(rewards, weights, valid)
-    total_BG = _weighted_nansum(rewards_BGK, weights_K)
+    total_BG = weighted_total(rewards_BGK, weights_K)
     zscore_G = functools.partial(_zscore, ddof=cfg.std_ddof, eps=cfg.eps)
     adv_BG, zero_var_B = jax.vmap(zscore_G)(total_BG, valid_BG)
     return _finish(adv_BG, _aux(total_BG, zero_var_B, valid_BG))
@@ -152,7 +154,7 @@ def grpo_batch_std(
         A_i = (r_i - mean_group r) / (std_batch r + batch_norm_eps),  std over the raw r of all valid rows.
     """
     rewards_BGK, weights_K, valid_BG = _prepare(rewards, weights, valid)
-    total_BG = _weighted_nansum(rewards_BGK, weights_K)
+    total_BG = weighted_total(rewards_BGK, weights_K)
     centered_BG, zero_var_B = jax.vmap(_center)(total_BG, valid_BG)
     _, std_batch, batch_degenerate = _moments(total_BG.reshape(-1), valid_BG.reshape(-1), ddof=cfg.std_ddof)
     adv_BG = jnp.where(batch_degenerate, 0.0, centered_BG / (std_batch + cfg.batch_norm_eps))
@@ -165,7 +167,7 @@ def drgrpo(
     """Dr. GRPO (Liu et al. 2025): no std, A_i = r_i - mean(r_1..r_G)."""
     del cfg  # no normalisation to configure
     rewards_BGK, weights_K, valid_BG = _prepare(rewards, weights, valid)
-    total_BG = _weighted_nansum(rewards_BGK, weights_K)
+    total_BG = weighted_total(rewards_BGK, weights_K)
     adv_BG, zero_var_B = jax.vmap(_center)(total_BG, valid_BG)
     return _finish(adv_BG, _aux(total_BG, zero_var_B, valid_BG))
 
@@ -179,7 +181,7 @@ def rloo(
     """
     del cfg
     rewards_BGK, weights_K, valid_BG = _prepare(rewards, weights, valid)
-    total_BG = _weighted_nansum(rewards_BGK, weights_K)
+    total_BG = weighted_total(rewards_BGK, weights_K)
     centered_BG, zero_var_B = jax.vmap(_center)(total_BG, valid_BG)
     n_B1 = jnp.sum(valid_BG, axis=-1, keepdims=True).astype(jnp.float32)
     adv_BG = centered_BG * n_B1 / jnp.maximum(n_B1 - 1.0, 1.0)
@@ -194,7 +196,7 @@ def reinforce_pp_baseline(
         A~_i = r_i - mean_group r;     A_i = (A~_i - mean_batch A~) / (std_batch A~ + batch_norm_eps)
     """
     rewards_BGK, weights_K, valid_BG = _prepare(rewards, weights, valid)
-    total_BG = _weighted_nansum(rewards_BGK, weights_K)
+    total_BG = weighted_total(rewards_BGK, weights_K)
     centered_BG, zero_var_B = jax.vmap(_center)(total_BG, valid_BG)
     keep_BG = valid_BG & ~zero_var_B[:, None]
     adv_BG = _batch_zscore(centered_BG, valid_BG, keep_BG, ddof=cfg.std_ddof, eps=cfg.batch_norm_eps)
@@ -229,15 +231,9 @@ def per_dim(
     return _finish(fused_BG, _aux(fused_BG, zero_var_B, valid_BG))
 
 
-ESTIMATORS: dict[str, Estimator] = {
-    "grpo": grpo,
-    "grpo_batch_std": grpo_batch_std,
-    "drgrpo": drgrpo,
-    "rloo": rloo,
-    "reinforce_pp_baseline": reinforce_pp_baseline,
-    "gdpo": gdpo,
-    "per_dim": per_dim,
-}
+# The registry. `config.ADVANTAGE_ESTIMATORS` is the one list of names (config validates against it and
+# says what each is); each name is the function of that name above.
+ESTIMATORS: dict[str, Estimator] = {name: globals()[name] for name in ADVANTAGE_ESTIMATORS}
 
 
 def compute_advantages(

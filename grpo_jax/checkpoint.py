@@ -28,6 +28,8 @@ import hashlib
 import json
 import math
 import os
+import shutil
+import time
 import warnings
 from collections.abc import Sequence
 from typing import Any
@@ -332,6 +334,20 @@ class Checkpointer:
 # --------------------------------------------------------------------------------------------------
 
 _MISSING = object()
+
+
+def archive_branch(out_dir: str, step: int, abandoned: Sequence[int]) -> str:
+    """Before a rollback to `step` rewrites the run's history, copy what it replaces (the step logs and the
+    abandoned checkpoints) to <out_dir>/branches/from-step-<step>-<time>/, so nothing written is lost."""
+    dest = os.path.join(out_dir, "branches", f"from-step-{step}-{time.strftime('%Y%m%d-%H%M%S')}")
+    os.makedirs(dest, exist_ok=True)
+    for name in ("metrics.jsonl", "timings.jsonl", "samples.jsonl"):
+        src = os.path.join(out_dir, name)
+        if os.path.exists(src):
+            shutil.copy2(src, dest)
+    for s in abandoned:
+        shutil.copytree(os.path.join(out_dir, "checkpoints", str(s)), os.path.join(dest, "checkpoints", str(s)))
+    return dest
 
 
 def _lookup(config: dict, dotted: str):

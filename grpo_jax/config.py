@@ -1,16 +1,23 @@
-"""Frozen, validated configs: the GRPO maths (advantage estimation, the policy loss) and the run.
+"""Frozen, validated configs for everything a run reads: the GRPO maths (advantage estimation, the policy
+loss), the training controls (entropy coefficient, temperature, reward weights), the alarms, and the run.
 
-Every field is checked in ``__post_init__``; an invalid value raises ``ValueError`` naming the field.
-The estimator and loss names listed here are the keys of the registries in ``grpo_jax.advantages`` and
-``grpo_jax.losses`` (a test keeps them in sync); this module imports nothing from the package.
+Every field is checked in ``__post_init__`` through one helper (``_fail``); an invalid value raises
+``ValueError`` naming the class and field. ``ADVANTAGE_ESTIMATORS`` is the one list of estimator names
+(``grpo_jax.advantages`` builds its registry from it); ``POLICY_LOSSES`` names the keys of the loss registry
+in ``grpo_jax.losses`` (a test keeps the two equal). This module is the ground floor: it imports nothing
+from the package, so the code that reads a config never has to be imported to build one.
 """
 
 from __future__ import annotations
 
 import ast
 import dataclasses
+import inspect
 import json
+import math
+import re
 import typing
+from collections.abc import Mapping
 
 ADVANTAGE_ESTIMATORS = (
     "grpo",  # weighted sum over K, then group z-score (DeepSeekMath; TRL sum_then_normalize)
@@ -37,6 +44,13 @@ def _fail(cls: str, field: str, msg: str) -> None:
 def _check_choice(cls: str, field: str, value: str, known: tuple[str, ...]) -> None:
     if value not in known:
         _fail(cls, field, f"unknown value {value!r}; known: {', '.join(known)}")
+
+
+def _finite(x) -> bool:
+    try:
+        return math.isfinite(float(x))
+    except (TypeError, ValueError):
+        return False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,8 +135,222 @@ class LossConfig:
             _fail(name, "top_entropy_quantile", f"must be in (0, 1], got {self.top_entropy_quantile!r}")
 
 
-from grpo_jax.control import EntropyCoefConfig, RewardWeightsConfig, TemperatureConfig  # noqa: E402
-from grpo_jax.monitor import MonitorConfig  # noqa: E402
+# --------------------------------------------------------------------------------------------------
+# Training controls (read by grpo_jax.control): entropy-bonus coefficient, rollout temperature,
+# reward-weight curriculum
+# --------------------------------------------------------------------------------------------------
+
+ENTROPY_COEF_MODES = ("constant", "warmup", "adaptive")
+ADAPT_RULES = ("multiplicative", "additive")
+
+
+@dataclasses.dataclass(frozen=True)
+class EntropyCoefConfig:
+    """The coefficient c(step) of the entropy bonus (loss -= c * H)."""
+
+    mode: str = "constant"  # one of ENTROPY_COEF_MODES
+    coef: float = 0.0  # constant value; warmup target; adaptive starting value
+    warmup_start: int = 0  # warmup: c = 0 for step <= warmup_start ...
+    warmup_steps: int = 0  # ... then linear to coef, reached at warmup_start + warmup_steps (0 = jump)
+    target_entropy: float = 0.3  # adaptive: mean token entropy (nats) to steer toward
+    adapt_rate: float = 0.05  # adaptive: factor (1 + rate) per step, or the absolute step when additive
+    adapt: str = "multiplicative"  # one of ADAPT_RULES
+    min_coef: float = 0.0  # adaptive: lower bound
+    max_coef: float = 0.05  # adaptive: upper bound
+
+    def __post_init__(self) -> None:
+        name = type(self).__name__
+        _check_choice(name, "mode", self.mode, ENTROPY_COEF_MODES)
+        _check_choice(name, "adapt", self.adapt, ADAPT_RULES)
+        for field in ("coef", "target_entropy", "adapt_rate", "min_coef", "max_coef"):
+            if not _finite(getattr(self, field)) or getattr(self, field) < 0:
+                _fail(name, field, f"must be a finite number >= 0, got {getattr(self, field)!r}")
+        for field in ("warmup_start", "warmup_steps"):
+            if not isinstance(getattr(self, field), int) or getattr(self, field) < 0:
+                _fail(name, field, f"must be an int >= 0, got {getattr(self, field)!r}")
+        if self.mode == "adaptive":
+            if not self.min_coef <= self.coef <= self.max_coef:
+                _fail(name, "coef", f"must lie in [min_coef, max_coef] = [{self.min_coef}, {self.max_coef}], "
+                                    f"got {self.coef!r}")
+            if self.adapt == "multiplicative" and self.coef == 0:
+                _fail(name, "coef", "must be > 0 with multiplicative adaptation (0 * factor stays 0)")
+            if not self.adapt_rate > 0:
+                _fail(name, "adapt_rate", f"must be > 0 in adaptive mode, got {self.adapt_rate!r}")
+
+
+TEMPERATURE_MODES = ("fixed", "adaptive")
+
+
+@dataclasses.dataclass(frozen=True)
+class TemperatureConfig:
+    """Rollout temperature, optionally steered by the rollouts' mean token entropy."""
+
+    mode: str = "fixed"  # one of TEMPERATURE_MODES; the base temperature is sampling.temperature
+    min_temp: float = 0.5  # lower bound (only reached when entropy_ceiling is set)
+    max_temp: float = 1.5  # upper bound
+    entropy_floor: float = 0.1  # window-mean entropy (nats) under this raises the temperature
+    entropy_ceiling: float | None = None  # window-mean entropy above this lowers it (None = never below base)
+    hysteresis: float = 0.05  # return toward base only once entropy is past floor + h (ceiling - h)
+    step_up: float = 0.05  # temperature increment per update
+    step_down: float = 0.05  # temperature decrement per update
+    window: int = 5  # number of recent rollouts averaged
+
+    def __post_init__(self) -> None:
+        name = type(self).__name__
+        _check_choice(name, "mode", self.mode, TEMPERATURE_MODES)
+        for field in ("min_temp", "max_temp", "entropy_floor", "hysteresis", "step_up", "step_down"):
+            if not _finite(getattr(self, field)) or getattr(self, field) < 0:
+                _fail(name, field, f"must be a finite number >= 0, got {getattr(self, field)!r}")
+        if not 0 < self.min_temp <= self.max_temp:
+            _fail(name, "min_temp", f"need 0 < min_temp <= max_temp, got {self.min_temp}, {self.max_temp}")
+        if self.entropy_ceiling is not None and not self.entropy_ceiling > self.entropy_floor + 2 * self.hysteresis:
+            _fail(name, "entropy_ceiling", f"must be None or > entropy_floor + 2 * hysteresis, "
+                                           f"got {self.entropy_ceiling!r}")
+        if not isinstance(self.window, int) or self.window < 1:
+            _fail(name, "window", f"must be an int >= 1, got {self.window!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class RewardWeightsConfig:
+    """Reward-weight curriculum and hot-reload file.
+
+    Effective weight of dimension k at step s: ``w_k(s) = file_or_base_k * m_k(s)``. The weights file
+    (JSON {dimension: weight}) overrides the base weights for the dimensions it names; the curriculum
+    *multiplies*, so m_k is a 0..1 ramp (or any factor) and a re-tuned file weight keeps its ramp.
+    m_k is piecewise-linear through the (step, factor) points, flat before the first and after the last;
+    dimensions without a schedule have m_k = 1.
+    """
+
+    schedule: tuple = ()  # ((dimension, ((step, factor), ...)), ...); e.g. (("quality", ((0, 0.), (200, 1.))),)
+    weights_file: str = ""  # JSON {dimension: weight}, re-read when its content changes; "" = none
+    allow_negative: tuple = ()  # dimensions whose file weight may be < 0 (those with a negative base also may)
+
+    def __post_init__(self) -> None:
+        name = type(self).__name__
+        if not isinstance(self.weights_file, str):
+            _fail(name, "weights_file", f"must be a path string, got {self.weights_file!r}")
+        if not all(isinstance(d, str) for d in self.allow_negative):
+            _fail(name, "allow_negative", f"must be dimension names, got {self.allow_negative!r}")
+        object.__setattr__(self, "allow_negative", tuple(self.allow_negative))
+        object.__setattr__(self, "schedule", tuple(_parse_schedule_entry(e) for e in self.schedule))
+        dims = [d for d, _ in self.schedule]
+        if len(set(dims)) != len(dims):
+            _fail(name, "schedule", f"a dimension is scheduled twice: {dims}")
+
+
+def _parse_schedule_entry(entry) -> tuple[str, tuple[tuple[int, float], ...]]:
+    """(dim, points) with int steps strictly increasing and finite factors >= 0; lists accepted (JSON)."""
+    bad = f"entries must be (dimension, ((step, factor), ...)), got {entry!r}"
+    if not isinstance(entry, (tuple, list)) or len(entry) != 2 or not isinstance(entry[0], str):
+        _fail("RewardWeightsConfig", "schedule", bad)
+    dim, points = entry
+    try:
+        pts = tuple((int(s), float(w)) for s, w in points)
+        integral = all(s == raw_s for (s, _), (raw_s, _) in zip(pts, points))
+    except (TypeError, ValueError):
+        pts, integral = (), False
+    if not pts or not integral:
+        _fail("RewardWeightsConfig", "schedule", bad)
+    steps = [s for s, _ in pts]
+    if steps != sorted(set(steps)) or steps[0] < 0:
+        _fail("RewardWeightsConfig", "schedule", f"{dim!r}: steps must be >= 0 and strictly increasing, got {steps}")
+    if not all(math.isfinite(w) and w >= 0 for _, w in pts):
+        _fail("RewardWeightsConfig", "schedule", f"{dim!r}: factors must be finite and >= 0, got {pts}")
+    return dim, pts
+
+
+# --------------------------------------------------------------------------------------------------
+# Alarms (read by grpo_jax.monitor)
+# --------------------------------------------------------------------------------------------------
+
+ALARM_KINDS = ("below", "above", "drop", "nonfinite")
+ALARM_ACTIONS = ("warn", "pause")
+
+
+@dataclasses.dataclass(frozen=True)
+class AlarmRule:
+    """One condition on one metric.
+
+    below / above: value < / > threshold. drop: relative fall (ref - value) / |ref| > threshold, where ref is
+    the value `window` observations earlier (e.g. 0.5 over 20 = entropy halved in 20 steps). nonfinite:
+    value is NaN/inf, or > threshold (threshold 0 on a counter such as "skipped" fires on any skip).
+    """
+
+    metric: str  # metric name in the trainer's flat dict, e.g. "entropy/mean"
+    kind: str  # one of ALARM_KINDS
+    threshold: float = math.inf  # see the class docstring; inf suits "nonfinite" on a loss
+    action: str = "warn"  # one of ALARM_ACTIONS
+    window: int = 20  # drop: look-back in observations of the metric
+    patience: int = 1  # consecutive observations the condition must hold before firing
+    name: str = ""  # identifier in state and reports; "" = derived from the fields
+
+    def __post_init__(self) -> None:
+        cls = type(self).__name__
+        if not isinstance(self.metric, str) or not self.metric:
+            _fail(cls, "metric", f"must be a non-empty metric name, got {self.metric!r}")
+        if self.kind not in ALARM_KINDS:
+            _fail(cls, "kind", f"unknown value {self.kind!r}; known: {', '.join(ALARM_KINDS)}")
+        if self.action not in ALARM_ACTIONS:
+            _fail(cls, "action", f"unknown value {self.action!r}; known: {', '.join(ALARM_ACTIONS)}")
+        if isinstance(self.threshold, bool) or not isinstance(self.threshold, (int, float)) or \
+                math.isnan(self.threshold):
+            _fail(cls, "threshold", f"must be a number, got {self.threshold!r}")
+        if self.kind == "drop" and not 0 < self.threshold <= 1:
+            _fail(cls, "threshold", f"a relative drop must be in (0, 1], got {self.threshold!r}")
+        for field in ("window", "patience"):
+            if isinstance(getattr(self, field), bool) or not isinstance(getattr(self, field), int) or \
+                    getattr(self, field) < 1:
+                _fail(cls, field, f"must be an int >= 1, got {getattr(self, field)!r}")
+
+    @property
+    def key(self) -> str:
+        return self.name or f"{self.metric}:{self.kind}:{self.threshold!r}:{self.action}"
+
+    def describe(self) -> str:
+        extra = f" over {self.window} observations" if self.kind == "drop" else ""
+        limit = "" if self.kind == "nonfinite" and math.isinf(self.threshold) else f" {self.threshold:g}"
+        return f"{self.metric} {self.kind}{limit}{extra} for {self.patience} step(s) -> {self.action}"
+
+
+def default_rules(*, max_new_tokens: int = 1024) -> tuple[AlarmRule, ...]:
+    """Rules worth having on any GRPO run. Only a persistently non-finite loss pauses; the rest warn,
+    because e.g. low entropy is also what a solved easy task looks like. Pass the sampler's
+    max_new_tokens so the length blow-up rule scales with the budget."""
+    return (
+        AlarmRule("entropy/mean", "below", 0.05, patience=5),  # collapse (Cui et al. 2025)
+        AlarmRule("entropy/mean", "drop", 0.5, window=20),  # halved within 20 steps
+        AlarmRule("groups/zero_var_frac", "above", 0.9, patience=5),  # most groups give no gradient (DAPO)
+        AlarmRule("length/mean", "above", 0.9 * max_new_tokens, patience=5),  # blow-up
+        AlarmRule("length/mean", "below", 2.0, patience=5),  # collapse to empty answers
+        AlarmRule("length/truncated_frac", "above", 0.5, patience=5),
+        AlarmRule("repetition/rate", "above", 0.3, patience=3),
+        AlarmRule("kl", "above", 1.0, patience=3),
+        AlarmRule("clip_frac_high", "above", 0.2, patience=3),
+        AlarmRule("clip_frac_low", "above", 0.2, patience=3),
+        AlarmRule("loss", "nonfinite", action="pause", patience=3),  # one NaN step is skipped; three is broken
+        AlarmRule("skipped", "nonfinite", 0.0),  # any skipped update
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class MonitorConfig:
+    """Alarm rules and how much history per metric is kept (for drop rules and for the reports)."""
+
+    rules: tuple = dataclasses.field(default_factory=default_rules)  # AlarmRule (or its dict, from JSON)
+    history: int = 64  # observations kept per watched metric; must exceed every drop rule's window
+
+    def __post_init__(self) -> None:
+        rules = tuple(AlarmRule(**r) if isinstance(r, Mapping) else r for r in self.rules)
+        if not all(isinstance(r, AlarmRule) for r in rules):
+            _fail("MonitorConfig", "rules", "entries must be AlarmRule or dicts of its fields")
+        keys = [r.key for r in rules]
+        if len(set(keys)) != len(keys):
+            _fail("MonitorConfig", "rules", f"duplicate rules (give them distinct names): {keys}")
+        object.__setattr__(self, "rules", rules)
+        need = max([r.window + 1 for r in rules if r.kind == "drop"], default=1)
+        if not isinstance(self.history, int) or self.history < need:
+            _fail("MonitorConfig", "history", f"must be an int >= {need} (largest drop window + 1), "
+                                              f"got {self.history!r}")
 
 # --------------------------------------------------------------------------------------------------
 # The run: one dataclass per concern, nested in TrainConfig. `override(cfg, ["loss.eps_high=0.28"])`
@@ -384,9 +612,6 @@ def override(cfg, assignments) -> typing.Any:
 
 def _field_comments(cls) -> dict[str, str]:
     """`name: type = default  # comment` -> {name: comment}, read from the class source."""
-    import inspect
-    import re
-
     out = {}
     for line in inspect.getsource(cls).splitlines():
         m = re.match(r"\s+(\w+):[^#]*#\s*(.*)$", line)

@@ -1,12 +1,12 @@
 """Training controls the host loop consults each step: entropy-bonus coefficient, rollout temperature,
 reward-weight curriculum with hot reload, and DAPO dynamic sampling.
 
-Everything here is host-side, deterministic and cheap, except ``per_token_temperature`` (jittable, for the
-sampler). Each stateful controller has a JSON-able ``state_dict()`` / ``load_state_dict(d)`` holding plain
-Python floats, which JSON round-trips exactly, so a resumed run continues bitwise. Configs are frozen
-dataclasses validated in ``__post_init__``; a bad value raises ``ValueError`` naming the field.
+Everything here is host-side, deterministic and cheap (the per-token temperature, which runs inside the
+decode loop, lives in ``grpo_jax.sampler``). Each stateful controller has a JSON-able ``state_dict()`` /
+``load_state_dict(d)`` holding plain Python floats, which JSON round-trips exactly, so a resumed run
+continues bitwise. Their configs live in ``grpo_jax.config``.
 
-Why these controls (ALGORITHMS.md §4, §5, §10): policy entropy falls fast and mostly early in RL (Cui et al.
+Why these controls (docs/algorithms.md §7, §8): policy entropy falls fast and mostly early in RL (Cui et al.
 2025), so the entropy bonus may need warming up or steering toward a target; "Beyond the 80/20 rule" shows
 decoding temperature on high-entropy tokens matters, the evidence behind the adaptive temperature; DAPO's
 dynamic sampling drops zero-variance groups, which carry no advantage and so no gradient.
@@ -14,7 +14,6 @@ dynamic sampling drops zero-variance groups, which carry no advantage and so no 
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import math
@@ -22,73 +21,15 @@ import warnings
 from collections import deque
 from collections.abc import Sequence
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 
-
-def _fail(cls: str, field: str, msg: str) -> None:
-    raise ValueError(f"{cls}.{field}: {msg}")
-
-
-def _check_choice(cls: str, field: str, value: str, known: tuple[str, ...]) -> None:
-    if value not in known:
-        _fail(cls, field, f"unknown value {value!r}; known: {', '.join(known)}")
-
-
-def _finite(x) -> bool:
-    try:
-        return math.isfinite(float(x))
-    except (TypeError, ValueError):
-        return False
+from grpo_jax.config import EntropyCoefConfig, RewardWeightsConfig, TemperatureConfig, _finite
 
 
 def _check_keys(owner: str, d: dict, keys: set[str]) -> None:
     if not isinstance(d, dict) or set(d) != keys:
         got = sorted(d) if isinstance(d, dict) else type(d).__name__
         raise ValueError(f"{owner}.load_state_dict: expected keys {sorted(keys)}, got {got}")
-
-
-# --------------------------------------------------------------------------------------------------
-# entropy-bonus coefficient
-# --------------------------------------------------------------------------------------------------
-
-ENTROPY_COEF_MODES = ("constant", "warmup", "adaptive")
-ADAPT_RULES = ("multiplicative", "additive")
-
-
-@dataclasses.dataclass(frozen=True)
-class EntropyCoefConfig:
-    """The coefficient c(step) of the entropy bonus (loss -= c * H)."""
-
-    mode: str = "constant"  # one of ENTROPY_COEF_MODES
-    coef: float = 0.0  # constant value; warmup target; adaptive starting value
-    warmup_start: int = 0  # warmup: c = 0 for step <= warmup_start ...
-    warmup_steps: int = 0  # ... then linear to coef, reached at warmup_start + warmup_steps (0 = jump)
-    target_entropy: float = 0.3  # adaptive: mean token entropy (nats) to steer toward
-    adapt_rate: float = 0.05  # adaptive: factor (1 + rate) per step, or the absolute step when additive
-    adapt: str = "multiplicative"  # one of ADAPT_RULES
-    min_coef: float = 0.0  # adaptive: lower bound
-    max_coef: float = 0.05  # adaptive: upper bound
-
-    def __post_init__(self) -> None:
-        name = type(self).__name__
-        _check_choice(name, "mode", self.mode, ENTROPY_COEF_MODES)
-        _check_choice(name, "adapt", self.adapt, ADAPT_RULES)
-        for field in ("coef", "target_entropy", "adapt_rate", "min_coef", "max_coef"):
-            if not _finite(getattr(self, field)) or getattr(self, field) < 0:
-                _fail(name, field, f"must be a finite number >= 0, got {getattr(self, field)!r}")
-        for field in ("warmup_start", "warmup_steps"):
-            if not isinstance(getattr(self, field), int) or getattr(self, field) < 0:
-                _fail(name, field, f"must be an int >= 0, got {getattr(self, field)!r}")
-        if self.mode == "adaptive":
-            if not self.min_coef <= self.coef <= self.max_coef:
-                _fail(name, "coef", f"must lie in [min_coef, max_coef] = [{self.min_coef}, {self.max_coef}], "
-                                    f"got {self.coef!r}")
-            if self.adapt == "multiplicative" and self.coef == 0:
-                _fail(name, "coef", "must be > 0 with multiplicative adaptation (0 * factor stays 0)")
-            if not self.adapt_rate > 0:
-                _fail(name, "adapt_rate", f"must be > 0 in adaptive mode, got {self.adapt_rate!r}")
 
 
 class EntropyCoefController:
@@ -140,37 +81,6 @@ class EntropyCoefController:
 # rollout temperature
 # --------------------------------------------------------------------------------------------------
 
-TEMPERATURE_MODES = ("fixed", "adaptive")
-
-
-@dataclasses.dataclass(frozen=True)
-class TemperatureConfig:
-    """Rollout temperature, optionally steered by the rollouts' mean token entropy."""
-
-    mode: str = "fixed"  # one of TEMPERATURE_MODES; the base temperature is sampling.temperature
-    min_temp: float = 0.5  # lower bound (only reached when entropy_ceiling is set)
-    max_temp: float = 1.5  # upper bound
-    entropy_floor: float = 0.1  # window-mean entropy (nats) under this raises the temperature
-    entropy_ceiling: float | None = None  # window-mean entropy above this lowers it (None = never below base)
-    hysteresis: float = 0.05  # return toward base only once entropy is past floor + h (ceiling - h)
-    step_up: float = 0.05  # temperature increment per update
-    step_down: float = 0.05  # temperature decrement per update
-    window: int = 5  # number of recent rollouts averaged
-
-    def __post_init__(self) -> None:
-        name = type(self).__name__
-        _check_choice(name, "mode", self.mode, TEMPERATURE_MODES)
-        for field in ("min_temp", "max_temp", "entropy_floor", "hysteresis", "step_up", "step_down"):
-            if not _finite(getattr(self, field)) or getattr(self, field) < 0:
-                _fail(name, field, f"must be a finite number >= 0, got {getattr(self, field)!r}")
-        if not 0 < self.min_temp <= self.max_temp:
-            _fail(name, "min_temp", f"need 0 < min_temp <= max_temp, got {self.min_temp}, {self.max_temp}")
-        if self.entropy_ceiling is not None and not self.entropy_ceiling > self.entropy_floor + 2 * self.hysteresis:
-            _fail(name, "entropy_ceiling", f"must be None or > entropy_floor + 2 * hysteresis, "
-                                           f"got {self.entropy_ceiling!r}")
-        if not isinstance(self.window, int) or self.window < 1:
-            _fail(name, "window", f"must be an int >= 1, got {self.window!r}")
-
 
 class TemperatureController:
     """Windowed, hysteretic bang-step control of the rollout temperature.
@@ -219,75 +129,9 @@ class TemperatureController:
         self._recent = deque((float(x) for x in d["recent"]), maxlen=self.cfg.window)
 
 
-def per_token_temperature(logits_RxV: jax.Array, *, base_temperature, entropy_floor, boost,
-                          max_temperature) -> jax.Array:
-    """Per-row sampling temperature [R], float32: min(base * boost, max) where the entropy of
-    softmax(logits / base) is under the floor, else base. Jittable; the arguments may be traced.
-
-    Why: a row about to collapse onto one token gets a hotter distribution. The sampler divides the logits by
-    this temperature and must report logprobs/entropies of that same tempered distribution. base <= 0
-    (greedy) gives 0 on every row. Masked logits (-inf) are allowed.
-    """
-    base = jnp.asarray(base_temperature, jnp.float32)
-    safe_base = jnp.where(base > 0, base, 1.0)
-    logp = jax.nn.log_softmax(logits_RxV.astype(jnp.float32) / safe_base, axis=-1)
-    entropy_R = -jnp.sum(jnp.where(logp > -jnp.inf, jnp.exp(logp) * logp, 0.0), axis=-1)
-    hot = jnp.minimum(base * jnp.asarray(boost, jnp.float32), jnp.asarray(max_temperature, jnp.float32))
-    return jnp.where(entropy_R < entropy_floor, hot, base)
-
-
 # --------------------------------------------------------------------------------------------------
 # reward weights: curriculum + hot reload
 # --------------------------------------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class RewardWeightsConfig:
-    """Reward-weight curriculum and hot-reload file.
-
-    Effective weight of dimension k at step s: ``w_k(s) = file_or_base_k * m_k(s)``. The weights file
-    (JSON {dimension: weight}) overrides the base weights for the dimensions it names; the curriculum
-    *multiplies*, so m_k is a 0..1 ramp (or any factor) and a re-tuned file weight keeps its ramp.
-    m_k is piecewise-linear through the (step, factor) points, flat before the first and after the last;
-    dimensions without a schedule have m_k = 1.
-    """
-
-    schedule: tuple = ()  # ((dimension, ((step, factor), ...)), ...); e.g. (("quality", ((0, 0.), (200, 1.))),)
-    weights_file: str = ""  # JSON {dimension: weight}, re-read when its content changes; "" = none
-    allow_negative: tuple = ()  # dimensions whose file weight may be < 0 (those with a negative base also may)
-
-    def __post_init__(self) -> None:
-        name = type(self).__name__
-        if not isinstance(self.weights_file, str):
-            _fail(name, "weights_file", f"must be a path string, got {self.weights_file!r}")
-        if not all(isinstance(d, str) for d in self.allow_negative):
-            _fail(name, "allow_negative", f"must be dimension names, got {self.allow_negative!r}")
-        object.__setattr__(self, "allow_negative", tuple(self.allow_negative))
-        object.__setattr__(self, "schedule", tuple(_parse_schedule_entry(e) for e in self.schedule))
-        dims = [d for d, _ in self.schedule]
-        if len(set(dims)) != len(dims):
-            _fail(name, "schedule", f"a dimension is scheduled twice: {dims}")
-
-
-def _parse_schedule_entry(entry) -> tuple[str, tuple[tuple[int, float], ...]]:
-    """(dim, points) with int steps strictly increasing and finite factors >= 0; lists accepted (JSON)."""
-    bad = f"entries must be (dimension, ((step, factor), ...)), got {entry!r}"
-    if not isinstance(entry, (tuple, list)) or len(entry) != 2 or not isinstance(entry[0], str):
-        _fail("RewardWeightsConfig", "schedule", bad)
-    dim, points = entry
-    try:
-        pts = tuple((int(s), float(w)) for s, w in points)
-        integral = all(s == raw_s for (s, _), (raw_s, _) in zip(pts, points))
-    except (TypeError, ValueError):
-        pts, integral = (), False
-    if not pts or not integral:
-        _fail("RewardWeightsConfig", "schedule", bad)
-    steps = [s for s, _ in pts]
-    if steps != sorted(set(steps)) or steps[0] < 0:
-        _fail("RewardWeightsConfig", "schedule", f"{dim!r}: steps must be >= 0 and strictly increasing, got {steps}")
-    if not all(math.isfinite(w) and w >= 0 for _, w in pts):
-        _fail("RewardWeightsConfig", "schedule", f"{dim!r}: factors must be finite and >= 0, got {pts}")
-    return dim, pts
 
 
 class RewardWeights:

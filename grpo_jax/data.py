@@ -16,6 +16,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from grpo_jax.config import TaskConfig
 from grpo_jax.fileio import atomic_write
 from grpo_jax.tokenizer import Tokenizer, pad_rows
 
@@ -224,6 +225,27 @@ def filter_by_pass_rate(rows: Sequence[Row], lo: float, hi: float) -> tuple[list
             kept.append(row)
     report = {"total": len(rows), "kept": len(kept), "below": below, "above": above, "lo": lo, "hi": hi}
     return kept, report
+
+
+def load_task_data(task, cfg: TaskConfig, seed: int) -> tuple[list[Row], list[Row], dict[str, Any]]:
+    """(training rows, held-out rows, data report) of a run: JSONL files when the config names them, else
+    rows the task generates; the training rows pass the pass-rate band filter when one is set."""
+    if cfg.train_path:
+        rows = load_jsonl(cfg.train_path, required=task.required_fields)
+    else:
+        rows = task.generate("train", cfg.n_train, seed)
+    report: dict[str, Any] = {"rows": len(rows), "strata": strata_summary(rows)}
+    if (cfg.pass_rate_lo, cfg.pass_rate_hi) != (0.0, 1.0):
+        rows, band = filter_by_pass_rate(rows, cfg.pass_rate_lo, cfg.pass_rate_hi)
+        report.update(pass_rate_filter=band, pass_rate_strata=strata_summary(rows, "pass_rate"))
+        if not rows:
+            raise ValueError(f"task.pass_rate_lo/hi = [{cfg.pass_rate_lo}, {cfg.pass_rate_hi}] keeps no training "
+                             f"row ({band})")
+    if cfg.eval_path:
+        eval_rows = load_jsonl(cfg.eval_path, required=task.required_fields)[: cfg.n_eval]
+    else:
+        eval_rows = task.generate("heldout", cfg.n_eval, seed) if cfg.n_eval else []
+    return rows, eval_rows, report
 
 
 # ------------------------------------------------------------------------------------ tokenisation

@@ -78,24 +78,27 @@ def _group_stats(r_G: Array, mask_G: Array) -> tuple[Array, Array, Array]:
 
 
 def reward_diagnostics(
-    rewards: Array, weights: Array, advantages: Array, *, valid: Array | None = None, tol: float = 1e-6
+    rewards: Array, totals: Array, advantages: Array, *, valid: Array | None = None, tol: float = 1e-6
 ) -> dict[str, Array]:
     """Per-dimension reward statistics, zero-variance fractions, reward/advantage correlation, collapse.
 
-    Args: rewards [B, G, K] (NaN = missing), weights [K], advantages [B, G], valid [B, G] (default all).
+    Args: rewards [B, G, K] (NaN = missing), totals [B, G] (the weighted totals sum_k w_k r_k,
+    ``advantages.weighted_total``), advantages [B, G], valid [B, G] (default all).
     Returns:
       reward/group_mean [B, K], reward/group_var [B, K]: per group and dimension, over valid non-NaN rows,
         variance with ddof=0 (0 for empty groups);
       reward/mean [K]: over all valid non-NaN rows;
-      reward/zero_var_frac: fraction of non-empty groups whose weighted total sum_k w_k r_k (NaN skipped)
-        is constant, i.e. groups GRPO learns nothing from; reward/zero_var_frac_per_dim [K]: the same per
-        dimension (over groups where that dimension has a valid entry). < 2 entries counts as constant;
+      reward/total: mean weighted total over valid rows; groups/reward_var_mean: mean over non-empty groups
+        of the within-group variance (ddof=0) of the total;
+      groups/zero_var_frac: fraction of non-empty groups whose total is constant, i.e. groups GRPO learns
+        nothing from; reward/zero_var_frac_per_dim [K]: the same per dimension (over groups where that
+        dimension has a valid entry). < 2 entries counts as constant;
       reward/adv_corr [K]: Pearson correlation of r_k with A over valid non-NaN rows of the whole batch;
       adv/distinct_per_group [B] int32, reward/distinct_vectors_per_group [B] int32: D_A(b), D_R(b);
       collapse/distinct_rewards, collapse/distinct_advantages (int32), collapse/ratio: see module doc.
     """
     rewards_BGK = jnp.asarray(rewards, jnp.float32)
-    weights_K = jnp.asarray(weights, jnp.float32)
+    total_BG = jnp.asarray(totals, jnp.float32)
     adv_BG = jnp.asarray(advantages, jnp.float32)
     valid_BG = jnp.ones(adv_BG.shape, bool) if valid is None else jnp.asarray(valid, bool)
     mask_BGK = valid_BG[..., None] & ~jnp.isnan(rewards_BGK)
@@ -103,8 +106,7 @@ def reward_diagnostics(
     per_dim = jax.vmap(jax.vmap(_group_stats, in_axes=(1, 1)))  # over B, then K
     mean_BK, var_BK, const_BK = per_dim(rewards_BGK, mask_BGK)
     present_BK = jnp.any(mask_BGK, axis=1)
-    total_BG = jnp.sum(jnp.where(jnp.isnan(rewards_BGK), 0.0, rewards_BGK * weights_K), axis=-1)
-    _, _, const_total_B = jax.vmap(_group_stats)(total_BG, valid_BG)
+    _, total_var_B, const_total_B = jax.vmap(_group_stats)(total_BG, valid_BG)
     nonempty_B = jnp.any(valid_BG, axis=-1)
 
     corr_K = jax.vmap(_pearson, in_axes=(2, None, 2))(rewards_BGK, adv_BG, mask_BGK)
@@ -116,7 +118,9 @@ def reward_diagnostics(
         "reward/group_mean": mean_BK,
         "reward/group_var": var_BK,
         "reward/mean": jax.vmap(_masked_mean, in_axes=(2, 2))(rewards_BGK, mask_BGK),
-        "reward/zero_var_frac": _masked_mean(const_total_B.astype(jnp.float32), nonempty_B),
+        "reward/total": _masked_mean(total_BG, valid_BG),
+        "groups/reward_var_mean": _masked_mean(total_var_B, nonempty_B),
+        "groups/zero_var_frac": _masked_mean(const_total_B.astype(jnp.float32), nonempty_B),
         "reward/zero_var_frac_per_dim": jax.vmap(_masked_mean, in_axes=(1, 1))(
             const_BK.astype(jnp.float32), present_BK
         ),

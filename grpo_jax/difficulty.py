@@ -12,6 +12,7 @@ zero-variance groups (no gradient); filtering them before the run spends the rol
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import tempfile
 
@@ -19,27 +20,28 @@ import jax
 import numpy as np
 
 from grpo_jax import data as data_lib
+from grpo_jax import experience
+from grpo_jax.checkpoint import Checkpointer
 from grpo_jax.config import TrainConfig, from_dict, override
 from grpo_jax.train import Trainer
 
 
-def estimate_pass_rates(trainer: Trainer, rows, *, k: int, seed: int = 0, batch_size: int = 64) -> np.ndarray:
-    """[len(rows)] fraction of k samples (at the run's sampling temperature) whose primary reward is 1."""
+def estimate_pass_rates(actor: experience.Actor, params, rows, *, k: int, temperature: float, seed: int = 0,
+                        batch_size: int = 64) -> np.ndarray:
+    """[len(rows)] fraction of k samples (at `temperature`) whose primary reward (first dimension) is 1."""
     rates = []
     key = jax.random.key(seed)
     for start in range(0, len(rows), batch_size):
         chunk = rows[start : start + batch_size]
-        _, _, ro = trainer.rollout(chunk, jax.random.fold_in(key, start), group_size=k,
-                                   temperature=trainer.cfg.sampling.temperature)
-        r, _ = trainer.score(chunk, ro)
+        ro = experience.rollout(actor, params, chunk, jax.random.fold_in(key, start), group_size=k,
+                                temperature=temperature)
+        r, _ = experience.score(actor, chunk, ro)
         rates.append(np.mean(r[..., 0] >= 1.0 - 1e-6, axis=1))
     return np.concatenate(rates) if rates else np.zeros(0)
 
 
 def load_policy(trainer: Trainer, run_dir: str, step: int | None = None) -> int:
     """Put the params of `run_dir`'s checkpoint (newest good one unless `step`) into the trainer."""
-    from grpo_jax.checkpoint import Checkpointer
-
     ck = Checkpointer(os.path.join(run_dir, "checkpoints"))
     target = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), trainer.state,
                           trainer.state_shardings)
@@ -68,8 +70,6 @@ def main(argv=None) -> dict:
         ap.error(f"--k must be >= 1, got {args.k}")
     cfg = TrainConfig()
     if args.run:
-        import json
-
         with open(os.path.join(args.run, "config.json")) as f:
             cfg = from_dict(TrainConfig, json.load(f))
     cfg = override(cfg, args.overrides + ["logging.progress=false", "logging.tensorboard=false"])
@@ -77,7 +77,8 @@ def main(argv=None) -> dict:
     with tempfile.TemporaryDirectory() as scratch:  # the trainer's own logs: never touch the run directory
         trainer = Trainer(cfg, scratch, quiet=True)
         step = load_policy(trainer, args.run, args.step) if args.run else None
-        rates = estimate_pass_rates(trainer, rows, k=args.k, seed=args.seed)
+        rates = estimate_pass_rates(trainer.actor, trainer.state.params, rows, k=args.k,
+                                    temperature=cfg.sampling.temperature, seed=args.seed)
         trainer.logger.close()
     out = args.out or default_output(args.data)
     data_lib.write_jsonl(out, [dict(r, pass_rate=float(p)) for r, p in zip(rows, rates)])

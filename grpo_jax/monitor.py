@@ -20,102 +20,11 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 
 import numpy as np
+
+from grpo_jax.config import AlarmRule, MonitorConfig
 from grpo_jax.fileio import atomic_write_text
 
 PAUSE_EXIT_CODE = 75  # sysexits.h EX_TEMPFAIL: "try again later", distinct from success (0) and crashes (1)
-
-ALARM_KINDS = ("below", "above", "drop", "nonfinite")
-ALARM_ACTIONS = ("warn", "pause")
-
-
-def _fail(cls: str, field: str, msg: str) -> None:
-    raise ValueError(f"{cls}.{field}: {msg}")
-
-
-@dataclasses.dataclass(frozen=True)
-class AlarmRule:
-    """One condition on one metric.
-
-    below / above: value < / > threshold. drop: relative fall (ref - value) / |ref| > threshold, where ref is
-    the value `window` observations earlier (e.g. 0.5 over 20 = entropy halved in 20 steps). nonfinite:
-    value is NaN/inf, or > threshold (threshold 0 on a counter such as "skipped" fires on any skip).
-    """
-
-    metric: str  # metric name in the trainer's flat dict, e.g. "entropy/mean"
-    kind: str  # one of ALARM_KINDS
-    threshold: float = math.inf  # see the class docstring; inf suits "nonfinite" on a loss
-    action: str = "warn"  # one of ALARM_ACTIONS
-    window: int = 20  # drop: look-back in observations of the metric
-    patience: int = 1  # consecutive observations the condition must hold before firing
-    name: str = ""  # identifier in state and reports; "" = derived from the fields
-
-    def __post_init__(self) -> None:
-        cls = type(self).__name__
-        if not isinstance(self.metric, str) or not self.metric:
-            _fail(cls, "metric", f"must be a non-empty metric name, got {self.metric!r}")
-        if self.kind not in ALARM_KINDS:
-            _fail(cls, "kind", f"unknown value {self.kind!r}; known: {', '.join(ALARM_KINDS)}")
-        if self.action not in ALARM_ACTIONS:
-            _fail(cls, "action", f"unknown value {self.action!r}; known: {', '.join(ALARM_ACTIONS)}")
-        if isinstance(self.threshold, bool) or not isinstance(self.threshold, (int, float)) or \
-                math.isnan(self.threshold):
-            _fail(cls, "threshold", f"must be a number, got {self.threshold!r}")
-        if self.kind == "drop" and not 0 < self.threshold <= 1:
-            _fail(cls, "threshold", f"a relative drop must be in (0, 1], got {self.threshold!r}")
-        for field in ("window", "patience"):
-            if isinstance(getattr(self, field), bool) or not isinstance(getattr(self, field), int) or \
-                    getattr(self, field) < 1:
-                _fail(cls, field, f"must be an int >= 1, got {getattr(self, field)!r}")
-
-    @property
-    def key(self) -> str:
-        return self.name or f"{self.metric}:{self.kind}:{self.threshold!r}:{self.action}"
-
-    def describe(self) -> str:
-        extra = f" over {self.window} observations" if self.kind == "drop" else ""
-        limit = "" if self.kind == "nonfinite" and math.isinf(self.threshold) else f" {self.threshold:g}"
-        return f"{self.metric} {self.kind}{limit}{extra} for {self.patience} step(s) -> {self.action}"
-
-
-def default_rules(*, max_new_tokens: int = 1024) -> tuple[AlarmRule, ...]:
-    """Rules worth having on any GRPO run. Only a persistently non-finite loss pauses; the rest warn,
-    because e.g. low entropy is also what a solved easy task looks like. Pass the sampler's
-    max_new_tokens so the length blow-up rule scales with the budget."""
-    return (
-        AlarmRule("entropy/mean", "below", 0.05, patience=5),  # collapse (Cui et al. 2025)
-        AlarmRule("entropy/mean", "drop", 0.5, window=20),  # halved within 20 steps
-        AlarmRule("groups/zero_var_frac", "above", 0.9, patience=5),  # most groups give no gradient (DAPO)
-        AlarmRule("length/mean", "above", 0.9 * max_new_tokens, patience=5),  # blow-up
-        AlarmRule("length/mean", "below", 2.0, patience=5),  # collapse to empty answers
-        AlarmRule("length/truncated_frac", "above", 0.5, patience=5),
-        AlarmRule("repetition/rate", "above", 0.3, patience=3),
-        AlarmRule("kl", "above", 1.0, patience=3),
-        AlarmRule("clip_frac_high", "above", 0.2, patience=3),
-        AlarmRule("clip_frac_low", "above", 0.2, patience=3),
-        AlarmRule("loss", "nonfinite", action="pause", patience=3),  # one NaN step is skipped; three is broken
-        AlarmRule("skipped", "nonfinite", 0.0),  # any skipped update
-    )
-
-
-@dataclasses.dataclass(frozen=True)
-class MonitorConfig:
-    """Alarm rules and how much history per metric is kept (for drop rules and for the reports)."""
-
-    rules: tuple = dataclasses.field(default_factory=default_rules)  # AlarmRule (or its dict, from JSON)
-    history: int = 64  # observations kept per watched metric; must exceed every drop rule's window
-
-    def __post_init__(self) -> None:
-        rules = tuple(AlarmRule(**r) if isinstance(r, Mapping) else r for r in self.rules)
-        if not all(isinstance(r, AlarmRule) for r in rules):
-            _fail("MonitorConfig", "rules", "entries must be AlarmRule or dicts of its fields")
-        keys = [r.key for r in rules]
-        if len(set(keys)) != len(keys):
-            _fail("MonitorConfig", "rules", f"duplicate rules (give them distinct names): {keys}")
-        object.__setattr__(self, "rules", rules)
-        need = max([r.window + 1 for r in rules if r.kind == "drop"], default=1)
-        if not isinstance(self.history, int) or self.history < need:
-            _fail("MonitorConfig", "history", f"must be an int >= {need} (largest drop window + 1), "
-                                              f"got {self.history!r}")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -2,7 +2,7 @@
 machine's own matmul peak and copy bandwidth, and the host-allocator setting that keeps big XLA:CPU
 buffers from being page-faulted in on every call.
 
-Counting conventions (PERF.md): a matmul [m, k] x [k, n] is 2*m*k*n FLOPs; attention counts QK^T and PV
+Counting conventions (experiments/PERF.md): a matmul [m, k] x [k, n] is 2*m*k*n FLOPs; attention counts QK^T and PV
 over the keys actually read; the backward pass is 2x the forward. Minimum bytes are what a part must at
 least move through memory once: its weights, its KV cache reads, its inputs and outputs.
 """
@@ -99,7 +99,7 @@ def matmul_peak(dtype: str = "float32", n: int = 2048, repeats: int = 5, device=
 def copy_bandwidth(n_bytes: int = 48 << 20, repeats: int = 5, device=None) -> float:
     """Bytes/s of an out-of-place elementwise op (read n_bytes, write n_bytes) on `device`. The default
     48 MB array is past the last-level cache but under 64 MB: on XLA:CPU here, buffers over 64 MB run at
-    ~5 GB/s against 20-25 GB/s below (they are page-faulted in on every call; PERF.md)."""
+    ~5 GB/s against 20-25 GB/s below (they are page-faulted in on every call; experiments/PERF.md)."""
     x = jax.device_put(jnp.ones((n_bytes // 4,), jnp.float32), device)
     f = jax.jit(lambda v: v * 1.0001)
     return 2.0 * n_bytes / _best_time(lambda: f(x).block_until_ready(), repeats)
@@ -114,7 +114,7 @@ def tune_host_allocator() -> bool:
     XLA:CPU allocates each large buffer with malloc; glibc serves blocks over 32 MB with a fresh mmap and
     unmaps them on free, so every call page-faults its big buffers in again (zeroing each 4 KB page).
     Turning mmap off and the trim threshold up makes them come from, and return to, the heap. Measured
-    here on a [64, 8, 144, 144] float32 elementwise op: 15-25 ms -> 3-4 ms (PERF.md). Cost: the
+    here on a [64, 8, 144, 144] float32 elementwise op: 15-25 ms -> 3-4 ms (experiments/PERF.md). Cost: the
     process keeps its peak heap. Returns whether the setting took effect."""
     if not sys.platform.startswith("linux"):
         return False

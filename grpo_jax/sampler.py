@@ -28,17 +28,21 @@ import jax
 import jax.numpy as jnp
 
 import models
-from grpo_jax.control import per_token_temperature
+from jax.sharding import PartitionSpec as P
+
 from models.config import ModelConfig
-from models.rope import text_positions
+from models.rope import rope_positions, text_positions
 
 NEG_INF = -1e30
 
 
 @flax.struct.dataclass
 class Rollout:
-    """G completions for each of B prompts; T = max_new_tokens."""
+    """G completions for each of B prompts; P = the prompt bucket width, T = max_new_tokens. The prompts
+    travel with their completions, left-aligned once by `sample`, so nothing downstream re-aligns them."""
 
+    prompt_tokens: jax.Array  # [B, P] int32 prompts, left-padded with pad_id (real tokens flush right)
+    prompt_mask: jax.Array  # [B, P] bool, True on real prompt tokens
     tokens: jax.Array  # [B, G, T] int32 completion tokens (pad_id after the end)
     completion_mask: jax.Array  # [B, G, T] 1 up to and including the first EOS, else 0
     logprobs: jax.Array  # [B, G, T] float32 log p(token) under the sampling distribution
@@ -88,7 +92,7 @@ def process_logits(logits: jax.Array, *, temperature, top_k: int = 0, top_p: flo
 def argmax_last(x: jax.Array) -> jax.Array:
     """jnp.argmax over the last axis (first index of the maximum), as two plain reductions: XLA:CPU runs
     argmax as one variadic (value, index) reduce that does not vectorise (~0.4 ms per decode step for
-    32 x 512 logits, 8% of the step; PERF.md #14). A row with a NaN gives its last index."""
+    32 x 512 logits, 8% of the step; experiments/PERF.md #14). A row with a NaN gives its last index."""
     top = jnp.max(x, axis=-1, keepdims=True)
     idx = jnp.arange(x.shape[-1], dtype=jnp.int32)
     return jnp.minimum(jnp.min(jnp.where(x == top, idx, x.shape[-1]), axis=-1), x.shape[-1] - 1)
@@ -99,6 +103,23 @@ def sample_categorical(keys_R, logits_RxV: jax.Array) -> jax.Array:
     `jax.random.categorical` (same noise, hence the same tokens) with `argmax_last`."""
     gumbel = jax.vmap(lambda k: jax.random.gumbel(k, logits_RxV.shape[-1:], jnp.float32))(keys_R)
     return argmax_last(gumbel + logits_RxV)
+
+
+def per_token_temperature(logits_RxV: jax.Array, *, base_temperature, entropy_floor, boost,
+                          max_temperature) -> jax.Array:
+    """Per-row sampling temperature [R], float32: min(base * boost, max) where the entropy of
+    softmax(logits / base) is under the floor, else base. Jittable; the arguments may be traced.
+
+    Why: a row about to collapse onto one token gets a hotter distribution. The sampler divides the logits by
+    this temperature and must report logprobs/entropies of that same tempered distribution. base <= 0
+    (greedy) gives 0 on every row. Masked logits (-inf) are allowed.
+    """
+    base = jnp.asarray(base_temperature, jnp.float32)
+    safe_base = jnp.where(base > 0, base, 1.0)
+    logp = jax.nn.log_softmax(logits_RxV.astype(jnp.float32) / safe_base, axis=-1)
+    entropy_R = -jnp.sum(jnp.where(logp > -jnp.inf, jnp.exp(logp) * logp, 0.0), axis=-1)
+    hot = jnp.minimum(base * jnp.asarray(boost, jnp.float32), jnp.asarray(max_temperature, jnp.float32))
+    return jnp.where(entropy_R < entropy_floor, hot, base)
 
 
 def logprobs_and_entropy(logits_NxV: jax.Array, tokens_N: jax.Array):
@@ -133,13 +154,6 @@ def left_align(tokens_BxP: jax.Array, mask_BxP: jax.Array, *, width: int, pad_id
     return jnp.where(msk, toks, pad_id).astype(jnp.int32), msk
 
 
-def rope_positions(cfg: ModelConfig, pos_BxT: jax.Array) -> jax.Array:
-    """Text positions in the layout the config's RoPE kind expects (all axes equal for 2D/M-RoPE)."""
-    if cfg.rope_kind == "rope":
-        return pos_BxT
-    return jnp.stack([pos_BxT] * (2 if cfg.rope_kind == "rope2d" else 3))
-
-
 # --------------------------------------------------------------------------------------------------
 # prefill and decode
 # --------------------------------------------------------------------------------------------------
@@ -165,19 +179,33 @@ def row_keys(key: jax.Array, prompt_ids_B: jax.Array, group_size: int) -> jax.Ar
     return per_row.reshape(-1)
 
 
+@flax.struct.dataclass
+class DecodeState:
+    """The decode loop's carry for R = B*G rows; T = max_new_tokens, S = cache slots."""
+
+    t: jax.Array  # [] int32: the step about to be taken
+    done: jax.Array  # [R] bool: the row has emitted an EOS (it then writes pad / zeros)
+    logits: jax.Array  # [R, V] float32 logits of the next token
+    cache: dict  # the KV cache (models.init_cache layout), grown per chunk
+    tokens: jax.Array  # [R, T] int32 sampled tokens, pad_id where not reached
+    logprobs: jax.Array  # [R, T] float32 log p(token) under the distribution sampled from
+    entropies: jax.Array  # [R, T] float32 entropy of that distribution
+    temperatures: jax.Array  # [R, T] float32 temperature each token was drawn at
+
+
 @functools.partial(
     jax.jit,
     static_argnames=("cfg", "max_new_tokens", "top_k", "top_p", "eos_ids", "pad_id", "token_temperature"),
 )
 def _decode(cfg: ModelConfig, params, cache, logits0_RxV, start_pos_R, keys_R, temperature, *,
             max_new_tokens: int, top_k: int, top_p: float, eos_ids: tuple, pad_id: int, token_temperature: tuple):
-    """The decode loops (one per chunk, `decode_chunks`) for R = B*G rows: (token/logprob/entropy arrays
-    [R, T] / [R], final cache of P + T slots). The prompt cache comes in with P slots and is grown before
-    each chunk; inside a loop it is carried state that XLA updates in place."""
-    logits0, start_pos = logits0_RxV, start_pos_R
-    r, t_max = logits0.shape[0], max_new_tokens
+    """The decode loops (one per chunk, `decode_chunks`) for R = B*G rows: tokens, completion mask,
+    logprobs, entropies [R, T], lengths, truncated [R] and temperatures [R, T] (`_finish`). The prompt
+    cache comes in with P slots and is grown before each chunk; inside a loop it is carried state that XLA
+    updates in place."""
+    r, t_max = logits0_RxV.shape[0], max_new_tokens
     if cfg.tie_embeddings:  # a [D, V] copy of the tied head, made once: the per-step logits matmul then
-        # reads it row-major instead of through a transpose (242 -> 155 us per step here, PERF.md #15)
+        # reads it row-major instead of through a transpose (242 -> 155 us per step here, experiments/PERF.md #15)
         params = dict(params, lm_head=params["embed"].T)
         cfg = cfg.replace(tie_embeddings=False)
     eos = jnp.asarray(eos_ids if eos_ids else (-1,), jnp.int32)
@@ -189,49 +217,41 @@ def _decode(cfg: ModelConfig, params, cache, logits0_RxV, start_pos_R, keys_R, t
         return per_token_temperature(logits, base_temperature=temperature, entropy_floor=floor, boost=boost,
                                      max_temperature=t_hi)
 
-    def body(state):
-        t, done, logits, cache, toks, lps, ents, temps = state
+    def body(s: DecodeState) -> DecodeState:
+        t, done = s.t, s.done
         step_keys = jax.vmap(jax.random.fold_in, in_axes=(0, None))(keys_R, t)
-        temp_R = row_temperatures(logits)
+        temp_R = row_temperatures(s.logits)
         greedy = (temp_R <= 0)[:, None]
-        dist = process_logits(logits, temperature=temp_R[:, None], top_k=top_k, top_p=top_p)
+        dist = process_logits(s.logits, temperature=temp_R[:, None], top_k=top_k, top_p=top_p)
         sampled = sample_categorical(step_keys, dist)
-        token = jnp.where(greedy[:, 0], argmax_last(logits), sampled).astype(jnp.int32)
-        lp, ent = logprobs_and_entropy(jnp.where(greedy, logits.astype(jnp.float32), dist), token)
+        token = jnp.where(greedy[:, 0], argmax_last(s.logits), sampled).astype(jnp.int32)
+        lp, ent = logprobs_and_entropy(jnp.where(greedy, s.logits.astype(jnp.float32), dist), token)
         token = jnp.where(done, pad_id, token)
-        toks = toks.at[:, t].set(token)
-        lps = lps.at[:, t].set(jnp.where(done, 0.0, lp))
-        ents = ents.at[:, t].set(jnp.where(done, 0.0, ent))
-        temps = temps.at[:, t].set(temp_R)
-        new_done = done | jnp.isin(token, eos)
-        pos = rope_positions(cfg, (start_pos + t)[:, None])
-        logits, cache = models.forward(cfg, params, token[:, None], pos, attn_mask=~done[:, None], cache=cache)
-        return t + 1, new_done, logits[:, 0], cache, toks, lps, ents, temps
+        pos = rope_positions(cfg, (start_pos_R + t)[:, None])
+        logits, cache = models.forward(cfg, params, token[:, None], pos, attn_mask=~done[:, None], cache=s.cache)
+        return DecodeState(
+            t=t + 1, done=done | jnp.isin(token, eos), logits=logits[:, 0], cache=cache,
+            tokens=s.tokens.at[:, t].set(token), logprobs=s.logprobs.at[:, t].set(jnp.where(done, 0.0, lp)),
+            entropies=s.entropies.at[:, t].set(jnp.where(done, 0.0, ent)),
+            temperatures=s.temperatures.at[:, t].set(temp_R))
 
-    init = (
-        jnp.int32(0),
-        jnp.zeros((r,), bool),
-        logits0,
-        cache,
-        jnp.full((r, t_max), pad_id, jnp.int32),
-        jnp.zeros((r, t_max), jnp.float32),
-        jnp.zeros((r, t_max), jnp.float32),
-        jnp.broadcast_to(jnp.asarray(temperature, jnp.float32), (r, t_max)),
-    )
+    state = DecodeState(
+        t=jnp.int32(0), done=jnp.zeros((r,), bool), logits=logits0_RxV, cache=cache,
+        tokens=jnp.full((r, t_max), pad_id, jnp.int32), logprobs=jnp.zeros((r, t_max), jnp.float32),
+        entropies=jnp.zeros((r, t_max), jnp.float32),
+        temperatures=jnp.broadcast_to(jnp.asarray(temperature, jnp.float32), (r, t_max)))
     prompt_slots = cache["mask"].shape[1]
-    state = init
     for end in decode_chunks(t_max):  # each chunk's cache holds the slots it can fill, no more
-        state = state[:3] + (models.grow_cache(state[3], prompt_slots + end),) + state[4:]
-        cond = lambda s, end=end: (s[0] < end) & ~jnp.all(s[1])  # noqa: E731
+        state = state.replace(cache=models.grow_cache(state.cache, prompt_slots + end))
+        cond = lambda s, end=end: (s.t < end) & ~jnp.all(s.done)  # noqa: E731
         state = jax.lax.while_loop(cond, body, state)
-    _, done, _, cache, toks, lps, ents, temps = state
-    return _finish(toks, lps, ents, eos) + (temps,), cache
+    return _finish(state.tokens, state.logprobs, state.entropies, eos) + (state.temperatures,)
 
 
 def decode_chunks(max_new_tokens: int, max_chunks: int = 8, min_chunk: int = 32) -> list[int]:
     """End step of each decode chunk: up to `max_chunks` equal chunks of at least `min_chunk` steps. More
     chunks skip more empty cache slots (attention reads (1 + 1/n) / 2 of the full cache on average over n
-    chunks) but compile more loop bodies (PERF.md: 4 x 32 for T = 128, 8 x 64 for T = 512)."""
+    chunks) but compile more loop bodies (experiments/PERF.md: 4 x 32 for T = 128, 8 x 64 for T = 512)."""
     n = max(1, min(max_chunks, max_new_tokens // min_chunk))
     size = -(-max_new_tokens // n)
     return [min(max_new_tokens, size * (i + 1)) for i in range(n)]
@@ -254,14 +274,14 @@ def sample_core(cfg: ModelConfig, params, prompt_tokens, prompt_mask, prompt_ids
     cache, last_logits, lengths = _prefill(cfg, params, prompt_tokens, prompt_mask, group_size=group_size,
                                            max_new_tokens=max_new_tokens)
     keys = row_keys(key, prompt_ids, group_size)
-    outs, _ = _decode(cfg, params, cache, last_logits, lengths, keys, jnp.asarray(temperature, jnp.float32),
+    outs = _decode(cfg, params, cache, last_logits, lengths, keys, jnp.asarray(temperature, jnp.float32),
                    max_new_tokens=max_new_tokens, top_k=int(top_k), top_p=float(top_p),
                    eos_ids=tuple(int(e) for e in eos_ids), pad_id=int(pad_id),
                    token_temperature=tuple(float(x) for x in token_temperature or ()))
     b = prompt_tokens.shape[0]
     toks, mask, lps, ents, lens, trunc, temps = (x.reshape((b, group_size) + x.shape[1:]) for x in outs)
-    return Rollout(tokens=toks, completion_mask=mask, logprobs=lps, entropies=ents, lengths=lens, truncated=trunc,
-                   temperatures=temps)
+    return Rollout(prompt_tokens=prompt_tokens, prompt_mask=prompt_mask, tokens=toks, completion_mask=mask,
+                   logprobs=lps, entropies=ents, lengths=lens, truncated=trunc, temperatures=temps)
 
 
 def _check_args(prompt_tokens, prompt_mask, group_size, max_new_tokens, temperature, top_k, top_p):
@@ -310,9 +330,8 @@ def row_shard_axes(prompt_tokens, params):
 def _row_sharded(cfg: ModelConfig, mesh, axes: tuple, static: tuple):
     """`sample_core` under shard_map over `axes`: each device decodes its own rows in its own loops, so
     the early-stop test (all rows done?) is local and the devices never wait for each other per token
-    (the SPMD path all-reduces it every step; PERF.md #12). Cached: one compile per (shapes, statics)."""
-    from jax.sharding import PartitionSpec as P
-
+    (the SPMD path all-reduces it every step; experiments/PERF.md #12). Cached: one compile per (shapes,
+    statics)."""
     kw = dict(static)
 
     def local(params, tokens, mask, ids, key, temperature):
@@ -376,7 +395,7 @@ def sample_pmap(cfg: ModelConfig, params, prompt_tokens, prompt_mask, *, key, gr
 @functools.lru_cache(maxsize=64)
 def _pmapped(cfg: ModelConfig, devices: tuple, static: tuple):
     """`sample_core` pmapped over `devices`, built once per (config, devices, statics): a fresh closure per
-    call would miss pmap's cache and recompile every rollout (5.3 s instead of 0.6 s, PERF.md #13)."""
+    call would miss pmap's cache and recompile every rollout (5.3 s instead of 0.6 s, experiments/PERF.md #13)."""
     kw = dict(static)
 
     def per_device(p, tok, msk, pid, key, temperature):
@@ -385,13 +404,12 @@ def _pmapped(cfg: ModelConfig, devices: tuple, static: tuple):
     return jax.pmap(per_device, in_axes=(None, 0, 0, 0, None, None), devices=devices)
 
 
-def full_sequences(prompt_tokens, prompt_mask, rollout: Rollout, *, pad_id: int = 0):
-    """Teacher-forcing inputs: ([B*G, P+T] tokens, [B*G, P+T] mask, P) with prompts left-aligned/bucketed."""
-    tokens, mask = prepare_prompts(prompt_tokens, prompt_mask, pad_id=pad_id)
+def full_sequences(rollout: Rollout):
+    """Teacher-forcing inputs from a rollout's own (already aligned) prompts: ([B*G, P+T] tokens,
+    [B*G, P+T] bool mask)."""
     g = rollout.tokens.shape[1]
-    p = tokens.shape[1]
     comp = rollout.tokens.reshape(-1, rollout.tokens.shape[-1])
     comp_mask = rollout.completion_mask.reshape(comp.shape).astype(bool)
-    seq = jnp.concatenate([jnp.repeat(tokens, g, 0), comp], axis=1)
-    seq_mask = jnp.concatenate([jnp.repeat(mask, g, 0), comp_mask], axis=1)
-    return seq, seq_mask, p
+    seq = jnp.concatenate([jnp.repeat(rollout.prompt_tokens, g, 0), comp], axis=1)
+    seq_mask = jnp.concatenate([jnp.repeat(rollout.prompt_mask, g, 0), comp_mask], axis=1)
+    return seq, seq_mask

@@ -4,7 +4,8 @@ GRPO cannot lift a model that never solves a problem (every group all-wrong, zer
 default experiment first supervises a from-scratch model on `task.solution(row)` and stops as soon as
 greedy accuracy on a validation split (never the held-out split the report uses) reaches a weak baseline.
 Stopping on accuracy rather than a step count matters: the jump from ~1% to ~30% happens at a
-seed-dependent step (NOTES.md).
+seed-dependent step (on 3-digit addition at batch 128, measured at 375, 600 and 700 steps for three
+seeds).
 """
 
 from __future__ import annotations
@@ -16,15 +17,14 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from grpo_jax import data, sampler
-from grpo_jax.train import Trainer, completion_logprobs
+from grpo_jax import data, experience, sampler
+from grpo_jax.train import completion_logprobs
 
 
-def sft_batch(trainer: Trainer, rows, n_completion: int):
-    """(tokens [B, P+T], attention mask, loss mask [B, T]) for prompt + ideal completion + EOS."""
-    tok = trainer.tokenizer
-    prompt, prompt_mask = sampler.prepare_prompts(*data.encode_prompts(tok, rows), pad_id=tok.pad_id)
-    target, target_mask = data.encode_completions(tok, [trainer.task.solution(r) for r in rows], width=n_completion)
+def sft_batch(tokenizer, targets, rows, n_completion: int):
+    """(tokens [B, P+T], attention mask, loss mask [B, T]) for prompt + target completion + EOS."""
+    prompt, prompt_mask = sampler.prepare_prompts(*data.encode_prompts(tokenizer, rows), pad_id=tokenizer.pad_id)
+    target, target_mask = data.encode_completions(tokenizer, targets, width=n_completion)
     tokens = jnp.concatenate([prompt, jnp.asarray(target)], axis=1)
     attn = jnp.concatenate([prompt_mask, jnp.asarray(target_mask)], axis=1)
     return tokens, attn, jnp.asarray(target_mask)
@@ -44,29 +44,29 @@ def make_sft_step(model_cfg, optimizer: optax.GradientTransformation, n_completi
     return jax.jit(step, donate_argnums=(0, 1))
 
 
-def warm_start(trainer: Trainer, valid_rows, *, target_accuracy: float, max_steps: int, batch_size: int = 128,
-               lr: float = 1e-3, eval_every: int = 25, seed: int = 0, log=print) -> dict:
-    """Supervise trainer's policy until validation accuracy >= target (or max_steps); installs the result
-    as the GRPO starting point (and reference). Returns a summary with the accuracy curve."""
-    n = trainer.cfg.sampling.max_new_tokens
+def warm_start(actor: experience.Actor, params, rows, valid_rows, *, solution, target_accuracy: float,
+               max_steps: int, batch_size: int = 128, lr: float = 1e-3, eval_every: int = 25, seed: int = 0,
+               log=print) -> tuple[object, dict]:
+    """Supervise `params` on `solution(row)` for random training rows until greedy validation accuracy >=
+    target (or max_steps). Returns (the new params, a summary with the accuracy curve); install them with
+    `Trainer.set_params`. `params` are donated: do not reuse them."""
+    n = actor.sampling.max_new_tokens
     optimizer = optax.adamw(lr)
-    params = trainer.state.params
     opt_state = optimizer.init(params)
-    step_fn = make_sft_step(trainer.model_cfg, optimizer, n)
-    rows = trainer.stream.rows
+    step_fn = make_sft_step(actor.model_cfg, optimizer, n)
     rng = np.random.default_rng([seed, 1])  # the warm start's own stream: GRPO's cursor is untouched
     curve, start, acc, step = [], time.perf_counter(), 0.0, 0
     while step < max_steps:
         batch = [rows[i] for i in rng.integers(0, len(rows), batch_size)]
-        params, opt_state, loss = step_fn(params, opt_state, *sft_batch(trainer, batch, n))
+        targets = [solution(r) for r in batch]
+        params, opt_state, loss = step_fn(params, opt_state, *sft_batch(actor.tokenizer, targets, batch, n))
         step += 1
         if step % eval_every == 0 or step == max_steps:
-            trainer.set_params(params)
-            acc = trainer.evaluate(valid_rows)["eval/accuracy"]
+            acc = experience.evaluate(actor, params, valid_rows)["eval/accuracy"]
             curve.append({"step": step, "loss": float(loss), "valid_accuracy": acc})
             log(f"warm start step {step}: loss {float(loss):.3f}, validation accuracy {acc:.3f}")
             if acc >= target_accuracy:
                 break
-    trainer.set_params(params)
-    return {"sft_steps": step, "sft_valid_accuracy": acc, "sft_seconds": time.perf_counter() - start,
-            "sft_curve": curve}
+    summary = {"sft_steps": step, "sft_valid_accuracy": acc, "sft_seconds": time.perf_counter() - start,
+               "sft_curve": curve}
+    return params, summary

@@ -11,6 +11,7 @@ import math
 
 import jax
 import numpy as np
+from jax.experimental import multihost_utils
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
 
 import models
@@ -121,18 +122,10 @@ def replicated(mesh: Mesh) -> NamedSharding:
     return NamedSharding(mesh, P())
 
 
-def host_local_to_global(x, mesh: Mesh):
-    """Assemble per-process batch shards into one global array sharded on the batch axes."""
-    x = np.asarray(x)
-    return jax.make_array_from_process_local_data(batch_sharding(mesh, x.ndim), x)
-
-
 def to_host(x) -> np.ndarray:
     """Fully gather a (possibly multi-process) array to every host as NumPy."""
     if isinstance(x, jax.Array) and not x.is_fully_addressable:
         if x.is_fully_replicated:
             return np.asarray(x.addressable_data(0))
-        from jax.experimental import multihost_utils
-
         return np.asarray(multihost_utils.process_allgather(x, tiled=True))
     return np.asarray(x)

@@ -150,7 +150,7 @@ class HFTokenizer(Tokenizer):
             raise FileNotFoundError(
                 f"HFTokenizer needs an existing local tokenizer folder, got {str(path)!r} (hub ids are not fetched)"
             )
-        from transformers import AutoTokenizer
+        from transformers import AutoTokenizer  # deferred: transformers costs seconds; char tasks never need it
 
         self.hf = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
         if self.hf.eos_token_id is None:

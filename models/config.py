@@ -103,7 +103,7 @@ def tiny(**overrides) -> ModelConfig:
 
 
 def bench_qwen2_tiny(**overrides) -> ModelConfig:
-    """The benchmark model of NOTES.md: vocab 512, hidden 256, MLP 688, 4 layers, 8/2 heads, tied (2.9M)."""
+    """The benchmark model (docs/measurements.md §1): vocab 512, hidden 256, MLP 688, 4 layers, 8/2 heads, tied (2.9M)."""
     base = dict(
         vocab_size=512, d_model=256, n_layers=4, n_heads=8, n_kv_heads=2, head_dim=32, mlp_dim=688,
         qkv_bias=True, tie_embeddings=True, rope_theta=1_000_000.0, arch="qwen2",

@@ -63,7 +63,7 @@ def attend(cfg: ModelConfig, q_BxTxNxH, k_BxKxHxS, v_BxKxSxH, mask_BxTxS) -> jnp
 def _attend_one(q_BxKxGxH, k_BxKxHxS, v_BxKxSxH, mask_BxS) -> jnp.ndarray:
     """One query per row against the cache: [B, K, G, H] -> [B, K, G, H]. Written without a query-time
     axis (the T = 1 einsum above costs transposes XLA:CPU does not remove) and with keys stored [H, S], so
-    both products are plain batched matmuls. Measured per decode (PERF.md #2-#3, #11): 0.94 s -> 0.75 s
+    both products are plain batched matmuls. Measured per decode (experiments/PERF.md #2-#3, #11): 0.94 s -> 0.75 s
     for the benchmark rollout on 2 devices; a broadcast multiply + reduce form was as fast there but
     10-20x slower when G = 1 (n_heads == n_kv_heads), so it was dropped."""
     f32 = jnp.float32
@@ -96,14 +96,14 @@ def attention_block(cfg, p, x_BxTxD, cos, sin, mask_BxTxS, kv_cache=None, write_
     return x_BxTxD + dense(y, p["o"], dtype), kv_cache
 
 
-CAUSAL_BLOCK = 128  # query rows per block in causal_attention (PERF.md)
+CAUSAL_BLOCK = 128  # query rows per block in causal_attention (experiments/PERF.md)
 
 
 def causal_attention(q_BxTxNxH, k_BxTxKxH, v_BxTxKxH, mask_BxTxS, block: int = CAUSAL_BLOCK) -> jnp.ndarray:
     """Self-attention under a mask that is causal (query i sees no key j > i) and padding, without the
     upper triangle: query block [s, e) attends to keys [0, e) only, so a sequence of n blocks computes
     (n + 1) / 2n of the dense L^2 scores (60% at L = 528; measured 1.4x faster forward + backward there,
-    PERF.md). Sequences shorter than two blocks take one dense call. Every query that sees at least one
+    experiments/PERF.md). Sequences shorter than two blocks take one dense call. Every query that sees at least one
     key gets exactly the dense result (the skipped keys are masked for it anyway); a padding query that
     sees none gets a meaningless uniform average either way, over different keys. Returns [B, T, N, H]."""
     t = q_BxTxNxH.shape[1]

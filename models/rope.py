@@ -99,6 +99,14 @@ def text_positions(mask_BxT) -> jnp.ndarray:
     return jnp.where(mask > 0, jnp.cumsum(mask, axis=-1) - 1, 0).astype(jnp.int32)
 
 
+def rope_positions(cfg: ModelConfig, pos_BxT: jnp.ndarray) -> jnp.ndarray:
+    """Text positions [B, T] in the layout the config's RoPE kind expects: [B, T] for rope, [2, B, T] for
+    rope2d and [3, B, T] for mrope, every axis equal (text tokens sit on the diagonal)."""
+    if cfg.rope_kind == "rope":
+        return pos_BxT
+    return jnp.stack([pos_BxT] * (2 if cfg.rope_kind == "rope2d" else 3))
+
+
 def mrope_token_types(input_ids: np.ndarray, *, image_token_id: int, video_token_id: int) -> np.ndarray:
     """0 for text, 1 for image, 2 for video tokens (transformers' `mm_token_type_ids`)."""
     ids = np.asarray(input_ids)

@@ -5,7 +5,7 @@ Params are a plain pytree:
 (`lm_head` absent when embeddings are tied).
 
 KV cache (one layout, fixed size, passed in and returned):
-    {"layers": [{"k": [B, K, H, S], "v": [B, K, S, H]}, ...],   -- head-major, keys slot-minor (PERF.md)
+    {"layers": [{"k": [B, K, H, S], "v": [B, K, S, H]}, ...],   -- head-major, keys slot-minor (experiments/PERF.md)
      "end_index": [B] int32  -- next slot to write in each row ([] when all rows advance together),
      "mask": [B, S] bool     -- slots that hold a real (non-padding) token}
 Prefill writes T slots per row at end_index and advances it by T; decode writes one. A query in slot i
@@ -76,7 +76,7 @@ def init_cache(cfg: ModelConfig, batch: int, max_len: int, *, dtype=None, aligne
 def grow_cache(cache: dict, max_len: int) -> dict:
     """The same cache with room for max_len slots (new slots empty and masked out): lets a decoder start
     with a short cache and lengthen it in a few steps, so attention never streams slots no token has
-    reached yet (the sampler's decode chunks, PERF.md)."""
+    reached yet (the sampler's decode chunks, experiments/PERF.md)."""
     extra = max_len - cache["mask"].shape[1]
     if extra < 0:
         raise ValueError(f"grow_cache: cache already has {cache['mask'].shape[1]} slots > max_len {max_len}")

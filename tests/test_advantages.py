@@ -274,8 +274,10 @@ def test_every_estimator_under_jit_and_vmap_matches_eager():
         np.testing.assert_allclose(vmapped(r, valid), np.stack(eager), atol=1e-6, err_msg=name)
 
 
-def test_registry_matches_config_names_and_validation():
+def test_registry_is_built_from_the_config_names_and_validation():
+    # one list of names: each config name resolves to the estimator function of that name
     assert tuple(adv_lib.ESTIMATORS) == ADVANTAGE_ESTIMATORS
+    assert all(fn.__name__ == name and callable(fn) for name, fn in adv_lib.ESTIMATORS.items())
     with pytest.raises(ValueError, match=r"AdvantageConfig\.estimator.*known: grpo, grpo_batch_std"):
         AdvantageConfig(estimator="ppo")
     with pytest.raises(ValueError, match=r"AdvantageConfig\.std_ddof"):

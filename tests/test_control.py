@@ -11,10 +11,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from grpo_jax import control
-from grpo_jax.config import from_dict, to_dict
-from grpo_jax.control import (EntropyCoefConfig, EntropyCoefController, GroupBuffer, RewardWeights,
-                              RewardWeightsConfig, TemperatureConfig, TemperatureController)
+from grpo_jax import control, sampler
+from grpo_jax.config import EntropyCoefConfig, RewardWeightsConfig, TemperatureConfig, from_dict, to_dict
+from grpo_jax.control import EntropyCoefController, GroupBuffer, RewardWeights, TemperatureController
 
 
 def json_round_trip(d: dict) -> dict:
@@ -137,7 +136,7 @@ def test_per_token_temperature_is_jittable_and_boosts_exactly_the_low_entropy_ro
     expected = np.where(h < floor, 0.5, 0.25)  # hot = min(0.25 * 2, 0.6) = 0.5
     np.testing.assert_array_equal(expected, [0.25, 0.5, 0.5, 0.25])
 
-    fn = jax.jit(lambda z, b, f, k, m: control.per_token_temperature(
+    fn = jax.jit(lambda z, b, f, k, m: sampler.per_token_temperature(
         z, base_temperature=b, entropy_floor=f, boost=k, max_temperature=m))
     out = fn(jnp.asarray(logits), 0.25, 0.5, 2.0, 0.6)
     assert out.shape == (4,) and out.dtype == jnp.float32

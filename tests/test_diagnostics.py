@@ -8,8 +8,14 @@ import numpy as np
 import scipy.stats
 
 from grpo_jax import diagnostics as diag
+from grpo_jax.advantages import weighted_total
 
-reward_diag = jax.jit(diag.reward_diagnostics, static_argnames="tol")
+_reward_diag = jax.jit(diag.reward_diagnostics, static_argnames="tol")
+
+
+def reward_diag(rewards, weights, adv, **kw):
+    """The diagnostics as the trainer calls them: totals from the one weighted_total."""
+    return _reward_diag(rewards, weighted_total(rewards, weights), adv, **kw)
 entropy_diag = jax.jit(diag.entropy_diagnostics, static_argnames=("num_bins", "hist_max", "near_zero"))
 
 
@@ -42,7 +48,11 @@ def test_reward_statistics_hand_values():
     np.testing.assert_allclose(out["reward/group_var"], [[0.25, 0.0], [0.0, 0.25]])
     np.testing.assert_allclose(out["reward/mean"], [(1 + 0 + 1 + 0 + 1 + 1 + 1) / 7, (2 + 2 + 2 + 0 + 1) / 5])
     # Totals (NaN skipped): group 0 (3, 2, 3, 0), group 1 (1, 2, 1): neither constant.
-    np.testing.assert_allclose(out["reward/zero_var_frac"], 0.0)
+    np.testing.assert_allclose(out["groups/zero_var_frac"], 0.0)
+    # reward/total: mean of the 7 valid totals = 12 / 7. Group variances (ddof 0): group 0 mean 2,
+    # ((1 + 0 + 1 + 4) / 4) = 1.5; group 1 mean 4/3, ((1/9 + 4/9 + 1/9) / 3) = 2/9; mean (1.5 + 2/9) / 2.
+    np.testing.assert_allclose(out["reward/total"], 12 / 7, rtol=1e-6)
+    np.testing.assert_allclose(out["groups/reward_var_mean"], (1.5 + 2 / 9) / 2, rtol=1e-6)
     np.testing.assert_allclose(out["reward/zero_var_frac_per_dim"], [0.5, 0.5])
     # Group 0: vectors (1,2), (0,2), (1,2), (0,nan) -> 3 distinct; A (1,-1,1,-1) -> 2 distinct.
     # Group 1: vectors (1,0), (1,1), (1,nan) -> 3 distinct; A (-1, 1, 0) -> 3. Ratio (3+3)/(2+3).
@@ -64,7 +74,7 @@ def test_zero_variance_fractions():
     # dim0 constant in group 0 only -> 1/3; dim1 constant in group 0 only -> 1/3.
     rewards = jnp.array([[[1, 1], [1, 1]], [[0, 0], [1, 1]], [[1, 0], [0, 1]]], jnp.float32)
     out = reward_diag(rewards, jnp.ones(2), jnp.zeros((3, 2)))
-    np.testing.assert_allclose(out["reward/zero_var_frac"], 2 / 3, rtol=1e-6)
+    np.testing.assert_allclose(out["groups/zero_var_frac"], 2 / 3, rtol=1e-6)
     np.testing.assert_allclose(out["reward/zero_var_frac_per_dim"], [1 / 3, 1 / 3], rtol=1e-6)
 
 

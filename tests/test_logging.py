@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from tensorboardX.proto.event_pb2 import Event, SessionLog
 
-from grpo_jax.logging import RunLogger, plot_run, read_jsonl, write_report
+from grpo_jax.runlog import RunLogger, plot_run, read_jsonl, write_report
 
 
 def _strict_json(line: str) -> dict:

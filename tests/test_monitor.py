@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from grpo_jax import monitor as mon
-from grpo_jax.config import from_dict, to_dict
-from grpo_jax.monitor import AlarmRule, Monitor, MonitorConfig
+from grpo_jax.config import AlarmRule, MonitorConfig, default_rules, from_dict, to_dict
+from grpo_jax.monitor import Monitor
 
 nan, inf = math.nan, math.inf
 
@@ -87,7 +87,7 @@ def _stream(n: int) -> list[dict]:
 
 
 def test_state_round_trip_mid_stream_gives_identical_alarms():
-    cfg = MonitorConfig(rules=mon.default_rules(max_new_tokens=16), history=32)
+    cfg = MonitorConfig(rules=default_rules(max_new_tokens=16), history=32)
     stream = _stream(80)
     whole = Monitor(cfg)
     expected = [a.to_dict() for i, d in enumerate(stream) for a in whole.observe(i, d)]

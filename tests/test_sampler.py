@@ -16,7 +16,8 @@ import pytest
 
 import models
 from grpo_jax import sampler
-from grpo_jax.sampler import full_sequences, process_logits, rope_positions, sample
+from grpo_jax.sampler import full_sequences, process_logits, sample
+from models.rope import rope_positions
 
 
 def _model(rope_kind="rope", scale=8.0, seed=0):
@@ -37,7 +38,8 @@ def _prompts(b=3, p=6, seed=1, vocab=128):
 
 def _teacher_forced_logits(cfg, params, prompt, mask, rollout):
     """Logits predicting each completion token, from one full forward over prompt + completion."""
-    seq, seq_mask, p = full_sequences(prompt, mask, rollout)
+    seq, seq_mask = full_sequences(rollout)
+    p = rollout.prompt_tokens.shape[1]
     pos = jnp.maximum(jnp.cumsum(seq_mask, axis=-1) - 1, 0)
     logits = jax.jit(lambda s, q, m: models.forward(cfg, params, s, q, attn_mask=m)[0])(
         seq, rope_positions(cfg, pos), seq_mask)

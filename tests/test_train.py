@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from grpo_jax import train
+from grpo_jax import experience, train
 from grpo_jax.config import TrainConfig, override
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -48,7 +48,8 @@ def _final_params(run_dir):
 def test_one_step_changes_params_and_metrics_are_sane(tmp_path):
     tr = train.Trainer(tiny_config("steps=1", "loss.beta=0.04"), str(tmp_path), quiet=True)
     before = _leaves(tr.state.params)
-    metrics, timings, texts, r = tr.step_once()
+    metrics, timings, exp = tr.step_once()
+    texts, r = exp.texts, exp.rewards
     after = _leaves(tr.state.params)
     assert any((a != b).any() for a, b in zip(before, after))
     for a, b in zip(_leaves(tr.state.ref_params), before):  # the reference is frozen
@@ -140,11 +141,8 @@ def _direct_step(*extra, dtype="float32", keep_reference=False):
     prompts, mask = jnp.full((4, 8), 9), jnp.ones((4, 8), bool)
     ro = sampler.sample(model_cfg, state.params, prompts, mask, key=jax.random.key(1), group_size=4,
                         max_new_tokens=12)
-    seq, seq_mask, _ = sampler.full_sequences(prompts, mask, ro)
-    batch = train.Batch(tokens=seq, attn_mask=seq_mask, loss_mask=ro.completion_mask.reshape(16, -1) > 0,
-                        old_logp=ro.logprobs.reshape(16, -1), advantages=jnp.linspace(-1, 1, 16),
-                        temperatures=ro.temperatures.reshape(16, -1), entropy_coef=jnp.zeros((16,)))
-    return state, step, batch
+    batch = experience.batch_from_rollout(ro, jnp.linspace(-1, 1, 16))
+    return state, (lambda st, bt, key: step(st, bt, key, jnp.float32(0.0))), batch
 
 
 def test_nan_loss_skips_the_update():
@@ -182,9 +180,9 @@ def test_chunked_logprobs_equal_one_pass():
     params = models.init_params(model_cfg, jax.random.key(0))
     n, length, t = 8, 20, 12
     tokens = jax.random.randint(jax.random.key(1), (n, length), 0, 58)
-    batch = train.Batch(tokens=tokens, attn_mask=jnp.ones((n, length), bool), loss_mask=None, old_logp=None,
-                        advantages=None, temperatures=jax.random.uniform(jax.random.key(2), (n, t), minval=0.5,
-                                                                         maxval=1.5), entropy_coef=None)
+    batch = experience.Batch(tokens=tokens, attn_mask=jnp.ones((n, length), bool), loss_mask=None, old_logp=None,
+                             advantages=None, temperatures=jax.random.uniform(jax.random.key(2), (n, t), minval=0.5,
+                                                                              maxval=1.5))
     whole = train.chunked_logprobs(model_cfg, params, batch, t, 1)
     assert whole.shape == (n, t)
     for chunks in (2, 4):
@@ -265,7 +263,7 @@ def test_inner_epochs_and_minibatches_count_grpo_steps(tmp_path):
     """mu = 2 epochs x 2 minibatches = 4 optimizer updates per GRPO step; steps still count rollouts."""
     tr = train.Trainer(tiny_config("steps=2", "mu=2", "minibatches=2", "microbatches=2"), str(tmp_path), quiet=True)
     tr.run()
-    from grpo_jax.logging import read_jsonl
+    from grpo_jax.runlog import read_jsonl
 
     rows = read_jsonl(str(tmp_path / "metrics.jsonl"))
     assert [r["step"] for r in rows] == [1, 2]

@@ -12,7 +12,7 @@ import pytest
 
 from grpo_jax import train
 from grpo_jax.config import override
-from grpo_jax.logging import read_jsonl
+from grpo_jax.runlog import read_jsonl
 from grpo_jax.monitor import PAUSE_EXIT_CODE
 from tests.test_train import ROOT, _run, tiny_config
 

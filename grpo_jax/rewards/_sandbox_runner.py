@@ -70,7 +70,7 @@ def _set_limits(limits):
 
 
 def _libc():
-    import ctypes
+    import ctypes  # here: only the sandboxed child needs it, after its limits are set
 
     libc = ctypes.CDLL(None, use_errno=True)
     libc.syscall.restype = ctypes.c_long

@@ -396,8 +396,8 @@ def _sympy_modules() -> tuple[Any, Any]:
     One warm-up parse builds the LaTeX parser here, outside any answer's time limit: otherwise the first
     symbolic comparison of a process pays the start-up cost inside its limit and may time out on a busy
     machine, making the reward depend on load (seen with the regression set)."""
-    import sympy
-    from latex2sympy2_extended import latex2sympy
+    import sympy  # deferred on purpose: see the docstring (~1 s, rarely needed)
+    from latex2sympy2_extended import latex2sympy  # deferred with sympy, which it imports
 
     sympy.simplify(latex2sympy("\\frac{\\sqrt{12}}{2}") - latex2sympy("\\sqrt{3}"))
     return sympy, latex2sympy

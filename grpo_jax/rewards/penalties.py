@@ -78,7 +78,7 @@ def repetition_penalty(
 
 
 def soft_overlong(length: int, max_len: int, cache_len: int) -> float:
-    """DAPO soft overlong punishment (ALGORITHMS.md §4):
+    """DAPO soft overlong punishment (docs/algorithms.md §9.1):
     0 if L <= L_max - L_cache; ((L_max - L_cache) - L) / L_cache if L_max - L_cache < L <= L_max; -1 beyond."""
     free = max_len - cache_len
     if length <= free:

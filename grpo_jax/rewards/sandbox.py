@@ -111,7 +111,7 @@ def _landlock_abi() -> int:
     if sys.platform != "linux":
         return 0
     try:
-        import ctypes
+        import ctypes  # here: only the Linux capability probe needs it
 
         libc = ctypes.CDLL(None, use_errno=True)
         libc.syscall.restype = ctypes.c_long

@@ -22,7 +22,7 @@ MAX_HYPOTHESIS_CHARS = 20_000  # longer answers are truncated before scoring (ru
 @functools.lru_cache(maxsize=16)
 def _metric(metric: str, tokenize: str | None, lowercase: bool) -> Any:
     """Build a sacrebleu metric object once (construction is the slow part of sentence scoring)."""
-    from sacrebleu.metrics import BLEU, CHRF
+    from sacrebleu.metrics import BLEU, CHRF  # deferred: only translation tasks pay sacrebleu's import
 
     if metric == "chrf":
         return CHRF(lowercase=lowercase)

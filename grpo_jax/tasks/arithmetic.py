@@ -5,7 +5,7 @@ positions line up; the answer is written most-significant digit first with no pa
 reward reads it. For "-" the larger operand comes first, so answers are never negative.
 
 The ideal completion thinks one fixed word ("add"): the format reward needs a non-empty thought, and a
-constant one keeps the setting that NOTES.md measured (SFT to ~30%, then GRPO +15 to +56 points), where
+constant one keeps the setting measured in docs/measurements.md §2 (SFT to ~30%, then GRPO +15 to +56 points), where
 the model has to carry in its head rather than on a scratchpad.
 """
 
@@ -81,7 +81,7 @@ class ArithmeticTask:
         return CharTokenizer()
 
     def reward_specs(self) -> list[dict[str, Any]]:
-        """Correctness plus a small format term: the weights of the run in NOTES.md."""
+        """Correctness plus a small format term: the weights of the runs in docs/measurements.md §2."""
         return [
             {"name": "math", "weight": 1.0, "kwargs": {}},
             {"name": "format", "weight": 0.1, "kwargs": {"require_answer_tag": True}},

@@ -1,0 +1,39 @@
+"""The command line every launcher shares (`python -m grpo_jax.train`, `experiments/*.py`): --out, --seed,
+--smoke, --config, --set key=value ..., --resume, --rollback-to, and the studies' --seeds / --summarize-only."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from grpo_jax.config import TrainConfig, from_dict, override
+
+
+def parse_args(argv=None, *, description: str = "", get_config=None):
+    """The CLI every experiment shares: --out, --seed, --smoke, --set key=value ..., --resume, --config.
+
+    get_config(smoke: bool) -> TrainConfig supplies the experiment's defaults (TrainConfig() if None)."""
+    ap = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default="runs/grpo", help="run directory (metrics, checkpoints, report)")
+    ap.add_argument("--seed", type=int, default=None, help="run seed (overrides the config's)")
+    ap.add_argument("--smoke", action="store_true", help="a seconds-long variant (used by the tests)")
+    ap.add_argument("--config", default=None, help="a config.json written by an earlier run")
+    ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                    help="config override, e.g. --set loss.eps_high=0.28 (repeatable)")
+    ap.add_argument("--resume", action="store_true", help="continue from the newest good checkpoint in --out")
+    ap.add_argument("--rollback-to", type=int, default=None, metavar="STEP",
+                    help="restart from the kept checkpoint at STEP (with --set overrides); the run log marks the "
+                         "branch and the abandoned checkpoints/logs are archived under --out/branches/")
+    ap.add_argument("--quiet", action="store_true", help="no progress bar")
+    ap.add_argument("--seeds", default=None, metavar="S1,S2,...",
+                    help="studies only: the seeds to train (default: --seed and the next two)")
+    ap.add_argument("--summarize-only", action="store_true",
+                    help="studies only: rebuild results.md / results.json / plots from the runs already in --out "
+                         "(e.g. after training seeds in separate processes with --seeds)")
+    args = ap.parse_args(argv)
+    cfg = get_config(smoke=args.smoke) if get_config else TrainConfig()
+    if args.config:
+        with open(args.config) as f:
+            cfg = from_dict(TrainConfig, json.load(f))
+    cfg = override(cfg, args.overrides + ([f"seed={args.seed}"] if args.seed is not None else []))
+    return args, cfg

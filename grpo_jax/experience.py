@@ -1,0 +1,244 @@
+"""The host side of one GRPO step: data rows -> scored group rollouts -> advantages -> the update's Batch.
+
+Read one step top to bottom here, then `train.py` (the pure jitted update) and `losses.py`:
+
+    exp, dyn = collect(actor, params, draw, key, n_prompts=B, weights=w_K, dynamic=cfg.dynamic, temperature=t)
+    adv_BxG, diag = advantages_and_diagnostics(exp, w_K, cfg=cfg.advantage)
+    batch = make_batch(exp, adv_BxG, mesh)                  # -> train_step(state, batch, key, entropy_coef)
+
+`Experience` is the one record a step passes along: the data rows, the `Rollout` (which carries its
+prompts, left-aligned once by the sampler), the reward matrix R[B, G, K], the weighted totals
+sum_k w_k R[..., k] (computed once, by `advantages.weighted_total`, and reused by dynamic sampling and the
+diagnostics) and the decoded completions. Nothing here passes tuples by position.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from grpo_jax import advantages as adv_lib
+from grpo_jax import diagnostics, sampler, sharding
+from grpo_jax import rewards as rewards_lib
+from grpo_jax.config import AdvantageConfig, DynamicSamplingConfig, SamplingConfig
+from grpo_jax.control import GroupBuffer
+from models.config import ModelConfig
+
+Row = dict[str, Any]
+
+# [K] per-dimension diagnostics logged as "reward/<dim>/<stat>" (others are [B, ...] arrays, not logged)
+PER_DIM_METRICS = ("reward/mean", "reward/zero_var_frac_per_dim", "reward/adv_corr")
+
+
+@flax.struct.dataclass
+class Batch:
+    """N = B*G rows of prompt + completion (L = P + T): what the update needs and nothing else. Every field
+    is required (no defaults), so a Batch built without one fails at construction, not inside jit."""
+
+    tokens: jax.Array  # [N, L] int32, prompts left-padded to the bucket width P
+    attn_mask: jax.Array  # [N, L] bool
+    loss_mask: jax.Array  # [N, T] bool: completion tokens up to and including EOS
+    old_logp: jax.Array  # [N, T] float32 logprobs under the sampling policy
+    advantages: jax.Array  # [N] float32
+    temperatures: jax.Array  # [N, T] float32 temperature each token was sampled at (logits are divided by it)
+
+
+@dataclasses.dataclass(frozen=True)
+class Actor:
+    """Everything that turns data rows into scored rollouts except the params: the model's shape, the
+    tokenizer, the reward dimensions and the sampling settings."""
+
+    model_cfg: ModelConfig
+    tokenizer: Any  # grpo_jax.tokenizer.Tokenizer (or the HF adapter): encode_batch, decode, eos_id, pad_id
+    specs: tuple  # rewards_lib.RewardSpec per dimension, in column order of R
+    sampling: SamplingConfig
+
+    @property
+    def dims(self) -> list[str]:
+        return rewards_lib.dimension_names(self.specs)
+
+
+@dataclasses.dataclass(frozen=True)
+class Experience:
+    """One step's scored groups: B prompts x G completions."""
+
+    rows: tuple  # [B] data rows
+    rollout: sampler.Rollout  # [B, G, ...] completions, with their prompts [B, P]
+    rewards: np.ndarray  # [B, G, K] float32 per-dimension rewards (never pre-summed)
+    totals: np.ndarray  # [B, G] float32 weighted totals sum_k w_k R[..., k] (NaN skipped)
+    texts: tuple  # [B*G] decoded completions, row-major over (b, g)
+
+
+# --------------------------------------------------------------------------------------------------
+# rollout and scoring
+# --------------------------------------------------------------------------------------------------
+
+def rollout(actor: Actor, params, rows: Sequence[Row], key: jax.Array, *, group_size: int,
+            temperature: float) -> sampler.Rollout:
+    """G completions per row's prompt at `temperature` (0 = greedy; the per-token temperature applies only
+    when sampling)."""
+    s, tok = actor.sampling, actor.tokenizer
+    tokens, mask = tok.encode_batch([r["prompt"] for r in rows])
+    token_temp = (s.token_entropy_floor, s.token_boost, s.token_max_temperature) if s.token_entropy_floor else None
+    return sampler.sample(actor.model_cfg, params, tokens, mask, key=key, group_size=group_size,
+                          max_new_tokens=s.max_new_tokens, temperature=jnp.float32(temperature), top_k=s.top_k,
+                          top_p=s.top_p, eos_ids=(tok.eos_id,), pad_id=tok.pad_id,
+                          token_temperature=token_temp if temperature > 0 else None)
+
+
+def score(actor: Actor, rows: Sequence[Row], ro: sampler.Rollout) -> tuple[np.ndarray, list[str]]:
+    """R [B, G, K] and the decoded completions [B*G] (host side; gathered across processes)."""
+    toks, lengths = sharding.to_host(ro.tokens), sharding.to_host(ro.lengths)
+    b, g, _ = toks.shape
+    texts = [actor.tokenizer.decode(toks[i, j, : lengths[i, j]]) for i in range(b) for j in range(g)]
+    samples = [dict(rows[i], response_length=int(lengths[i, j])) for i in range(b) for j in range(g)]
+    r, _ = rewards_lib.evaluate(actor.specs, texts, samples)
+    return r.reshape(b, g, -1), texts
+
+
+def experience(actor: Actor, params, rows: Sequence[Row], key: jax.Array, *, weights: np.ndarray,
+               temperature: float) -> Experience:
+    """One rollout round of these rows, scored."""
+    ro = rollout(actor, params, rows, key, group_size=actor.sampling.group_size, temperature=temperature)
+    r, texts = score(actor, rows, ro)
+    totals = np.asarray(adv_lib.weighted_total(r, weights))
+    return Experience(rows=tuple(rows), rollout=ro, rewards=r, totals=totals, texts=tuple(texts))
+
+
+def collect(actor: Actor, params, draw: Callable[[int], list[Row]], key: jax.Array, *, n_prompts: int,
+            weights: np.ndarray, dynamic: DynamicSamplingConfig, temperature: float) -> tuple[Experience, dict]:
+    """One step's groups and the dynamic-sampling metrics ({} when off). `draw(n)` returns the next n
+    training rows. With DAPO dynamic sampling, rounds of ceil(oversample * n_prompts) prompts are drawn
+    until n_prompts groups whose totals differ are found or max_rounds is reached (`control.GroupBuffer`)."""
+    if not dynamic.enabled:
+        return experience(actor, params, draw(n_prompts), key, weights=weights, temperature=temperature), {}
+    n_draw = int(np.ceil(dynamic.oversample * n_prompts))
+    buffer, rounds = GroupBuffer(n_prompts, dynamic.max_rounds), []
+    while not buffer.done:
+        exp = experience(actor, params, draw(n_draw), jax.random.fold_in(key, len(rounds)), weights=weights,
+                         temperature=temperature)
+        buffer.add(exp.totals)
+        rounds.append(exp)
+    return select_groups(rounds, buffer.selection(), pad_id=actor.tokenizer.pad_id), buffer.metrics()
+
+
+def select_groups(rounds: Sequence[Experience], selection: Sequence[tuple[int, int]], *, pad_id: int) -> Experience:
+    """The chosen (round, group) pairs of several rounds as one Experience; prompts are left-padded to the
+    widest round's bucket (left padding keeps them left-aligned)."""
+    width = max(e.rollout.prompt_tokens.shape[1] for e in rounds)
+
+    def pad_prompts(ro: sampler.Rollout) -> sampler.Rollout:
+        pad = ((0, 0), (width - ro.prompt_tokens.shape[1], 0))
+        return ro.replace(prompt_tokens=jnp.pad(ro.prompt_tokens, pad, constant_values=pad_id),
+                          prompt_mask=jnp.pad(ro.prompt_mask, pad, constant_values=False))
+
+    g = rounds[0].rollout.tokens.shape[1]
+    picked = [(rounds[rnd], i) for rnd, i in selection]
+    ros = [jax.tree.map(lambda x, i=i: x[i : i + 1], pad_prompts(e.rollout)) for e, i in picked]
+    return Experience(
+        rows=tuple(e.rows[i] for e, i in picked),
+        rollout=jax.tree.map(lambda *xs: jnp.concatenate(xs), *ros),
+        rewards=np.concatenate([e.rewards[i : i + 1] for e, i in picked]),
+        totals=np.concatenate([e.totals[i : i + 1] for e, i in picked]),
+        texts=tuple(t for e, i in picked for t in e.texts[i * g : (i + 1) * g]))
+
+
+def evaluate(actor: Actor, params, rows: Sequence[Row], *, batch_size: int = 256) -> dict[str, float]:
+    """Greedy evaluation of `params` on `rows`: accuracy = primary reward (first dimension) == 1, its mean
+    score, and the format rate when a "format" dimension exists. {} for no rows."""
+    if not rows:
+        return {}
+    scores = []
+    for start in range(0, len(rows), batch_size):
+        chunk = rows[start : start + batch_size]
+        ro = rollout(actor, params, chunk, jax.random.key(0), group_size=1, temperature=0.0)
+        scores.append(score(actor, chunk, ro)[0][:, 0])
+    r = np.concatenate(scores)
+    out = {"eval/accuracy": float(np.mean(r[:, 0] >= 1.0 - 1e-6)), "eval/score": float(np.mean(r[:, 0]))}
+    if "format" in actor.dims:
+        out["eval/format_rate"] = float(np.mean(r[:, actor.dims.index("format")] >= 1.0))
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# advantages, diagnostics, the batch
+# --------------------------------------------------------------------------------------------------
+
+@functools.partial(jax.jit, static_argnames="cfg")
+def _advantages_and_diagnostics(rewards_BxGxK, totals_BxG, weights_K, ro: sampler.Rollout, *, cfg):
+    adv, _ = adv_lib.compute_advantages(rewards_BxGxK, weights_K, cfg=cfg)
+    adv = jnp.where(jnp.isfinite(adv), adv, 0.0)
+    diag = diagnostics.reward_diagnostics(rewards_BxGxK, totals_BxG, adv)
+    diag.update(diagnostics.entropy_diagnostics(ro.entropies, ro.completion_mask))
+    diag.update(diagnostics.length_diagnostics(ro.lengths.reshape(-1), ro.truncated.reshape(-1)))
+    return adv, diag
+
+
+def advantages_and_diagnostics(exp: Experience, weights: np.ndarray, *, cfg: AdvantageConfig):
+    """Advantages [B, G] (non-finite -> 0) and the collapse / entropy / length diagnostics, in one program."""
+    return _advantages_and_diagnostics(jnp.asarray(exp.rewards), jnp.asarray(exp.totals), jnp.asarray(weights),
+                                       exp.rollout, cfg=cfg)
+
+
+def batch_from_rollout(ro: sampler.Rollout, advantages_BxG) -> Batch:
+    """The update's rows (N = B*G) from a rollout and its advantages."""
+    seq, seq_mask = sampler.full_sequences(ro)
+    n = seq.shape[0]
+    return Batch(tokens=seq, attn_mask=seq_mask, loss_mask=ro.completion_mask.reshape(n, -1).astype(bool),
+                 old_logp=ro.logprobs.reshape(n, -1), advantages=jnp.asarray(advantages_BxG).reshape(n),
+                 temperatures=ro.temperatures.reshape(n, -1))
+
+
+def make_batch(exp: Experience, advantages_BxG, mesh) -> Batch:
+    """`batch_from_rollout`, rows sharded over the mesh's data axes when they divide evenly."""
+    batch = batch_from_rollout(exp.rollout, advantages_BxG)
+    data_ways = mesh.shape["data"] * mesh.shape["fsdp"]
+    if batch.tokens.shape[0] % data_ways == 0:
+        batch = jax.tree.map(lambda x: jax.device_put(x, sharding.batch_sharding(mesh, x.ndim)), batch)
+    return batch
+
+
+# --------------------------------------------------------------------------------------------------
+# metrics
+# --------------------------------------------------------------------------------------------------
+
+def flatten_metrics(metrics: dict, dims: Sequence[str]) -> dict[str, float]:
+    """Scalars as they are; the [K] vectors of PER_DIM_METRICS as "reward/<dim>/<stat>"; other arrays
+    (per-group values, histograms) dropped."""
+    out = {}
+    for name, value in metrics.items():
+        v = sharding.to_host(value)
+        if v.ndim == 0:
+            out[name] = float(v)
+        elif v.shape == (len(dims),) and name in PER_DIM_METRICS:
+            stat = name.split("/", 1)[1]
+            out.update({f"reward/{d}/{stat}": float(x) for d, x in zip(dims, v)})
+    return out
+
+
+def host_metrics(exp: Experience, dims: Sequence[str]) -> dict[str, float]:
+    """What the device diagnostics do not compute: batch-wide per-dimension std, the format rate and the
+    n-gram repetition rate of the completions."""
+    r = exp.rewards
+    out = {f"reward/{d}/std": float(np.nanstd(r[..., k])) for k, d in enumerate(dims)}
+    if "format" in dims:
+        out["format_rate"] = float(np.nanmean(r[..., list(dims).index("format")] >= 1.0))
+    out["repetition/rate"] = repetition_rate(sharding.to_host(exp.rollout.tokens),
+                                             sharding.to_host(exp.rollout.lengths))
+    return out
+
+
+def repetition_rate(tokens_BxGxT: np.ndarray, lengths_BxG: np.ndarray, n: int = 3) -> float:
+    """Mean over completions of the fraction of repeated n-grams (1 - distinct / total); 0 if too short."""
+    rates = []
+    for row, length in zip(tokens_BxGxT.reshape(-1, tokens_BxGxT.shape[-1]), lengths_BxG.reshape(-1)):
+        grams = [tuple(row[i : i + n]) for i in range(int(length) - n + 1)]
+        rates.append(1.0 - len(set(grams)) / len(grams) if grams else 0.0)
+    return float(np.mean(rates)) if rates else 0.0
