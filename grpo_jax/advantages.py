@@ -234,6 +234,9 @@ def per_dim(
 # The registry. `config.ADVANTAGE_ESTIMATORS` is the one list of names (config validates against it and
 # says what each is); each name is the function of that name above.
 ESTIMATORS: dict[str, Estimator] = {name: globals()[name] for name in ADVANTAGE_ESTIMATORS}
+# Estimators that normalise each reward dimension within the group before fusing: a group whose weighted
+# totals tie can still carry their signal (dynamic sampling asks the estimator, not the totals).
+PER_DIMENSION = frozenset({"gdpo", "per_dim"})
 
 
 def compute_advantages(

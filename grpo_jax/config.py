@@ -263,7 +263,7 @@ def _parse_schedule_entry(entry) -> tuple[str, tuple[tuple[int, float], ...]]:
 # Alarms (read by grpo_jax.monitor)
 # --------------------------------------------------------------------------------------------------
 
-ALARM_KINDS = ("below", "above", "drop", "nonfinite")
+ALARM_KINDS = ("below", "above", "drop", "below_first_frac", "nonfinite")
 ALARM_ACTIONS = ("warn", "pause")
 
 
@@ -272,8 +272,10 @@ class AlarmRule:
     """One condition on one metric.
 
     below / above: value < / > threshold. drop: relative fall (ref - value) / |ref| > threshold, where ref is
-    the value `window` observations earlier (e.g. 0.5 over 20 = entropy halved in 20 steps). nonfinite:
-    value is NaN/inf, or > threshold (threshold 0 on a counter such as "skipped" fires on any skip).
+    the value `window` observations earlier (e.g. 0.5 over 20 = entropy halved in 20 steps).
+    below_first_frac: value < threshold * the metric's first finite positive observation of the run (e.g.
+    0.1 = entropy under a tenth of where RL started). nonfinite: value is NaN/inf, or > threshold (threshold
+    0 on a counter such as "skipped" fires on any skip).
     """
 
     metric: str  # metric name in the trainer's flat dict, e.g. "entropy/mean"
@@ -295,8 +297,8 @@ class AlarmRule:
         if isinstance(self.threshold, bool) or not isinstance(self.threshold, (int, float)) or \
                 math.isnan(self.threshold):
             _fail(cls, "threshold", f"must be a number, got {self.threshold!r}")
-        if self.kind == "drop" and not 0 < self.threshold <= 1:
-            _fail(cls, "threshold", f"a relative drop must be in (0, 1], got {self.threshold!r}")
+        if self.kind in ("drop", "below_first_frac") and not 0 < self.threshold <= 1:
+            _fail(cls, "threshold", f"a relative threshold must be in (0, 1], got {self.threshold!r}")
         for field in ("window", "patience"):
             if isinstance(getattr(self, field), bool) or not isinstance(getattr(self, field), int) or \
                     getattr(self, field) < 1:
@@ -312,15 +314,24 @@ class AlarmRule:
         return f"{self.metric} {self.kind}{limit}{extra} for {self.patience} step(s) -> {self.action}"
 
 
-def default_rules(*, max_new_tokens: int = 1024) -> tuple[AlarmRule, ...]:
-    """Rules worth having on any GRPO run. Only a persistently non-finite loss pauses; the rest warn,
-    because e.g. low entropy is also what a solved easy task looks like. Pass the sampler's
-    max_new_tokens so the length blow-up rule scales with the budget."""
+COLLAPSE_RULES = ("entropy_collapse", "group_variance_collapse")  # their action is MonitorConfig.collapse_action
+
+
+def default_rules() -> tuple[AlarmRule, ...]:
+    """Rules worth having on any GRPO run. The two collapses that end learning pause by default
+    (`MonitorConfig.collapse_action` turns them into warnings), as does a persistently non-finite loss;
+    the rest warn, because e.g. a short answer or a clipped ratio is often fine."""
     return (
-        AlarmRule("entropy/mean", "below", 0.05, patience=5),  # collapse (Cui et al. 2025)
+        # entropy collapse (Cui et al. 2025): mean token entropy under a tenth of its start for 5 steps
+        AlarmRule("entropy/mean", "below_first_frac", 0.1, action="pause", patience=5, name="entropy_collapse"),
+        # the median falls first (a long tail holds the mean up): a warning
+        AlarmRule("entropy/p50", "below_first_frac", 0.1, patience=5, name="entropy_median_collapse"),
         AlarmRule("entropy/mean", "drop", 0.5, window=20),  # halved within 20 steps
-        AlarmRule("groups/zero_var_frac", "above", 0.9, patience=5),  # most groups give no gradient (DAPO)
-        AlarmRule("length/mean", "above", 0.9 * max_new_tokens, patience=5),  # blow-up
+        # group variance collapse: most groups give no gradient (DAPO)
+        AlarmRule("groups/zero_var_frac", "above", 0.9, action="pause", patience=5, name="group_variance_collapse"),
+        # reward collapse: a weighted dimension varies within groups but the advantage ignores it
+        AlarmRule("collapse/drowned_dims", "above", 0.5, patience=10, name="drowned_dimension"),
+        AlarmRule("length/mean_frac", "above", 0.9, patience=5),  # blow-up, relative to max_new_tokens
         AlarmRule("length/mean", "below", 2.0, patience=5),  # collapse to empty answers
         AlarmRule("length/truncated_frac", "above", 0.5, patience=5),
         AlarmRule("repetition/rate", "above", 0.3, patience=3),
@@ -338,11 +349,15 @@ class MonitorConfig:
 
     rules: tuple = dataclasses.field(default_factory=default_rules)  # AlarmRule (or its dict, from JSON)
     history: int = 64  # observations kept per watched metric; must exceed every drop rule's window
+    collapse_action: str = "pause"  # action of the rules named in COLLAPSE_RULES: "pause" or "warn"
 
     def __post_init__(self) -> None:
         rules = tuple(AlarmRule(**r) if isinstance(r, Mapping) else r for r in self.rules)
         if not all(isinstance(r, AlarmRule) for r in rules):
             _fail("MonitorConfig", "rules", "entries must be AlarmRule or dicts of its fields")
+        _check_choice("MonitorConfig", "collapse_action", self.collapse_action, ALARM_ACTIONS)
+        rules = tuple(dataclasses.replace(r, action=self.collapse_action) if r.name in COLLAPSE_RULES else r
+                      for r in rules)
         keys = [r.key for r in rules]
         if len(set(keys)) != len(keys):
             _fail("MonitorConfig", "rules", f"duplicate rules (give them distinct names): {keys}")
@@ -351,6 +366,7 @@ class MonitorConfig:
         if not isinstance(self.history, int) or self.history < need:
             _fail("MonitorConfig", "history", f"must be an int >= {need} (largest drop window + 1), "
                                               f"got {self.history!r}")
+
 
 # --------------------------------------------------------------------------------------------------
 # The run: one dataclass per concern, nested in TrainConfig. `override(cfg, ["loss.eps_high=0.28"])`

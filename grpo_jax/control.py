@@ -248,7 +248,8 @@ def dynamic_sampling_select(totals_BxG, *, need: int, tol: float = 0.0) -> np.nd
 class GroupBuffer:
     """Collects `need` informative groups across rollout rounds (DAPO dynamic sampling, verl filter_groups).
 
-    ``add(totals_BxG)`` once per round until ``done``. Groups are kept in arrival order (round, then index),
+    ``add(informative_B)`` once per round until ``done``, with the round's per-group verdict (e.g.
+    ``informative_mask(totals)``, or the advantage estimator's own: ``experience.informative_groups``). Groups are kept in arrival order (round, then index),
     so the result is deterministic. ``max_rounds`` counts all rounds, the first included (verl's
     max_num_gen_batches). If the cap is reached short of `need`, the remaining slots are filled with
     zero-variance groups in arrival order ("least bad": they add no gradient but keep shapes static) and
@@ -256,12 +257,12 @@ class GroupBuffer:
     The buffer lives within one step, so it has no checkpoint state.
     """
 
-    def __init__(self, need: int, max_rounds: int, *, tol: float = 0.0):
+    def __init__(self, need: int, max_rounds: int):
         if not isinstance(need, int) or need < 1:
             raise ValueError(f"GroupBuffer.need: must be an int >= 1, got {need!r}")
         if not isinstance(max_rounds, int) or max_rounds < 1:
             raise ValueError(f"GroupBuffer.max_rounds: must be an int >= 1, got {max_rounds!r}")
-        self.need, self.max_rounds, self.tol = need, max_rounds, tol
+        self.need, self.max_rounds = need, max_rounds
         self.rounds = 0
         self._kept: list[tuple[int, int]] = []  # informative (round, group)
         self._fallback: list[tuple[int, int]] = []  # zero-variance (round, group), arrival order
@@ -272,11 +273,11 @@ class GroupBuffer:
     def done(self) -> bool:
         return len(self._kept) >= self.need or self.rounds >= self.max_rounds
 
-    def add(self, totals_BxG) -> None:
-        """Take one round's group totals [B, G]."""
+    def add(self, informative_B) -> None:
+        """Take one round's verdicts [B] bool: does group b carry a learning signal?"""
         if self.done:
             raise RuntimeError("GroupBuffer.add: already done (enough groups or max_rounds reached)")
-        informative = informative_mask(totals_BxG, tol=self.tol)
+        informative = np.asarray(informative_B, bool).reshape(-1)
         r = self.rounds
         self.rounds += 1
         self._seen += len(informative)

@@ -87,6 +87,8 @@ def reward_diagnostics(
     Returns:
       reward/group_mean [B, K], reward/group_var [B, K]: per group and dimension, over valid non-NaN rows,
         variance with ddof=0 (0 for empty groups);
+      reward/within_group_mean [K], reward/within_group_var [K]: those per-group values averaged over the
+        groups where the dimension has a valid entry (the within-group picture the batch-wide mean hides);
       reward/mean [K]: over all valid non-NaN rows;
       reward/total: mean weighted total over valid rows; groups/reward_var_mean: mean over non-empty groups
         of the within-group variance (ddof=0) of the total;
@@ -94,6 +96,8 @@ def reward_diagnostics(
         nothing from; reward/zero_var_frac_per_dim [K]: the same per dimension (over groups where that
         dimension has a valid entry). < 2 entries counts as constant;
       reward/adv_corr [K]: Pearson correlation of r_k with A over valid non-NaN rows of the whole batch;
+      reward/adv_corr_within [K]: the same with r_k centred on its group mean, i.e. how much of A's
+        within-group ordering dimension k explains (0 when k never varies within a group);
       adv/distinct_per_group [B] int32, reward/distinct_vectors_per_group [B] int32: D_A(b), D_R(b);
       collapse/distinct_rewards, collapse/distinct_advantages (int32), collapse/ratio: see module doc.
     """
@@ -110,6 +114,9 @@ def reward_diagnostics(
     nonempty_B = jnp.any(valid_BG, axis=-1)
 
     corr_K = jax.vmap(_pearson, in_axes=(2, None, 2))(rewards_BGK, adv_BG, mask_BGK)
+    centred_BGK = jnp.where(mask_BGK, rewards_BGK - mean_BK[:, None, :], 0.0)
+    corr_within_K = jax.vmap(_pearson, in_axes=(2, None, 2))(centred_BGK, adv_BG, mask_BGK)
+    group_avg = jax.vmap(_masked_mean, in_axes=(1, 1))  # over B, per K
     distinct_adv_B = jax.vmap(lambda a, v: _num_distinct(a[:, None], v, tol=tol))(adv_BG, valid_BG)
     distinct_rew_B = jax.vmap(lambda r, v: _num_distinct(r, v, tol=tol))(rewards_BGK, valid_BG)
     total_rew, total_adv = jnp.sum(distinct_rew_B), jnp.sum(distinct_adv_B)
@@ -118,6 +125,8 @@ def reward_diagnostics(
         "reward/group_mean": mean_BK,
         "reward/group_var": var_BK,
         "reward/mean": jax.vmap(_masked_mean, in_axes=(2, 2))(rewards_BGK, mask_BGK),
+        "reward/within_group_mean": group_avg(mean_BK, present_BK),
+        "reward/within_group_var": group_avg(var_BK, present_BK),
         "reward/total": _masked_mean(total_BG, valid_BG),
         "groups/reward_var_mean": _masked_mean(total_var_B, nonempty_B),
         "groups/zero_var_frac": _masked_mean(const_total_B.astype(jnp.float32), nonempty_B),
@@ -125,12 +134,24 @@ def reward_diagnostics(
             const_BK.astype(jnp.float32), present_BK
         ),
         "reward/adv_corr": corr_K,
+        "reward/adv_corr_within": corr_within_K,
         "adv/distinct_per_group": distinct_adv_B,
         "reward/distinct_vectors_per_group": distinct_rew_B,
         "collapse/distinct_rewards": total_rew,
         "collapse/distinct_advantages": total_adv,
         "collapse/ratio": ratio,
     }
+
+
+def drowned_dimensions(corr_within_K: Array, zero_var_frac_K: Array, weights_K: Array, *,
+                       max_abs_corr: float = 0.1, min_vary_frac: float = 0.1) -> Array:
+    """Number of weighted reward dimensions the advantage ignores: dimension k varies within at least
+    `min_vary_frac` of the groups (1 - reward/zero_var_frac_per_dim) and has weight != 0, yet its
+    within-group correlation with A is under `max_abs_corr` in magnitude. That is the reward-collapse
+    symptom of a dimension drowned by the others in the weighted sum (docs/algorithms.md §3.8)."""
+    varies = (1.0 - zero_var_frac_K) >= min_vary_frac
+    ignored = jnp.abs(corr_within_K) < max_abs_corr
+    return jnp.sum(varies & ignored & (weights_K != 0), dtype=jnp.int32)
 
 
 def bimodality_coefficient(x: Array, mask: Array) -> Array:
@@ -184,20 +205,30 @@ def entropy_diagnostics(
     return out
 
 
-def length_diagnostics(lengths: Array, truncated: Array, *, valid: Array | None = None) -> dict[str, Array]:
+def length_diagnostics(lengths: Array, truncated: Array, *, max_len: int | None = None,
+                       valid: Array | None = None) -> dict[str, Array]:
     """Completion-length statistics (lengths [N] in tokens, truncated [N] bool: hit the length limit).
 
-    Returns length/mean, length/min, length/max, length/truncated_frac and length/terminated_mean (mean
-    over completions that ended with EOS), all over valid rows; 0 where no row qualifies.
+    Returns length/mean, length/min, length/max, length/p10, length/p50, length/p90 (linear-interpolated
+    percentiles), length/truncated_frac, length/terminated_mean (mean over completions that ended with EOS)
+    and, with max_len (the sampler's max_new_tokens), length/mean_frac = length/mean / max_len, so one alarm
+    threshold fits every budget. All over valid rows; 0 where no row qualifies.
     """
     lengths_f = jnp.asarray(lengths, jnp.float32)
     trunc = jnp.asarray(truncated, bool)
     v = jnp.ones(lengths_f.shape, bool) if valid is None else jnp.asarray(valid, bool)
     any_valid = jnp.any(v)
-    return {
+    pct = masked_quantile(lengths_f, v, jnp.asarray([0.1, 0.5, 0.9], jnp.float32))
+    out = {
         "length/mean": _masked_mean(lengths_f, v),
         "length/min": jnp.where(any_valid, jnp.min(jnp.where(v, lengths_f, jnp.inf)), 0.0),
         "length/max": jnp.where(any_valid, jnp.max(jnp.where(v, lengths_f, -jnp.inf)), 0.0),
+        "length/p10": pct[0],
+        "length/p50": pct[1],
+        "length/p90": pct[2],
         "length/truncated_frac": _masked_mean(trunc.astype(jnp.float32), v),
         "length/terminated_mean": _masked_mean(lengths_f, v & ~trunc),
     }
+    if max_len:
+        out["length/mean_frac"] = out["length/mean"] / max_len
+    return out

@@ -2,7 +2,8 @@
 
 Read one step top to bottom here, then `train.py` (the pure jitted update) and `losses.py`:
 
-    exp, dyn = collect(actor, params, draw, key, n_prompts=B, weights=w_K, dynamic=cfg.dynamic, temperature=t)
+    exp, dyn = collect(actor, params, draw, key, n_prompts=B, weights=w_K, dynamic=cfg.dynamic,
+                       advantage=cfg.advantage, temperature=t)
     adv_BxG, diag = advantages_and_diagnostics(exp, w_K, cfg=cfg.advantage)
     batch = make_batch(exp, adv_BxG, mesh)                  # -> train_step(state, batch, key, entropy_coef)
 
@@ -29,12 +30,16 @@ from grpo_jax import diagnostics, sampler, sharding
 from grpo_jax import rewards as rewards_lib
 from grpo_jax.config import AdvantageConfig, DynamicSamplingConfig, SamplingConfig
 from grpo_jax.control import GroupBuffer
+from grpo_jax.rewards.format import split_response
 from models.config import ModelConfig
 
 Row = dict[str, Any]
 
-# [K] per-dimension diagnostics logged as "reward/<dim>/<stat>" (others are [B, ...] arrays, not logged)
-PER_DIM_METRICS = ("reward/mean", "reward/zero_var_frac_per_dim", "reward/adv_corr")
+# [K] per-dimension diagnostics logged as "reward/<dim>/<stat>"; [B, ...] per-group arrays are not logged
+PER_DIM_METRICS = ("reward/mean", "reward/within_group_mean", "reward/within_group_var",
+                   "reward/zero_var_frac_per_dim", "reward/adv_corr", "reward/adv_corr_within")
+# Histograms logged as a list of bin fractions in metrics.jsonl and as a TensorBoard histogram
+HISTOGRAMS = {"entropy/hist": "entropy/hist_edges"}
 
 
 @flax.struct.dataclass
@@ -113,10 +118,12 @@ def experience(actor: Actor, params, rows: Sequence[Row], key: jax.Array, *, wei
 
 
 def collect(actor: Actor, params, draw: Callable[[int], list[Row]], key: jax.Array, *, n_prompts: int,
-            weights: np.ndarray, dynamic: DynamicSamplingConfig, temperature: float) -> tuple[Experience, dict]:
+            weights: np.ndarray, dynamic: DynamicSamplingConfig, advantage: AdvantageConfig,
+            temperature: float) -> tuple[Experience, dict]:
     """One step's groups and the dynamic-sampling metrics ({} when off). `draw(n)` returns the next n
     training rows. With DAPO dynamic sampling, rounds of ceil(oversample * n_prompts) prompts are drawn
-    until n_prompts groups whose totals differ are found or max_rounds is reached (`control.GroupBuffer`)."""
+    until n_prompts informative groups (`informative_groups`) are found or max_rounds is reached
+    (`control.GroupBuffer`)."""
     if not dynamic.enabled:
         return experience(actor, params, draw(n_prompts), key, weights=weights, temperature=temperature), {}
     n_draw = int(np.ceil(dynamic.oversample * n_prompts))
@@ -124,9 +131,24 @@ def collect(actor: Actor, params, draw: Callable[[int], list[Row]], key: jax.Arr
     while not buffer.done:
         exp = experience(actor, params, draw(n_draw), jax.random.fold_in(key, len(rounds)), weights=weights,
                          temperature=temperature)
-        buffer.add(exp.totals)
+        buffer.add(informative_groups(exp.rewards, weights, cfg=advantage))
         rounds.append(exp)
-    return select_groups(rounds, buffer.selection(), pad_id=actor.tokenizer.pad_id), buffer.metrics()
+    rule = "fused_dimensions_vary" if advantage.estimator in adv_lib.PER_DIMENSION else "total_varies"
+    metrics = {**buffer.metrics(), "dynamic/rule": rule}
+    return select_groups(rounds, buffer.selection(), pad_id=actor.tokenizer.pad_id), metrics
+
+
+@functools.partial(jax.jit, static_argnames="cfg")
+def _zero_variance(rewards_BxGxK, weights_K, *, cfg):
+    return adv_lib.compute_advantages(rewards_BxGxK, weights_K, cfg=cfg)[1]["zero_variance"]
+
+
+def informative_groups(rewards_BxGxK: np.ndarray, weights_K: np.ndarray, *, cfg: AdvantageConfig) -> np.ndarray:
+    """[B] bool: the group gives the configured estimator a learning signal, by the estimator's own
+    zero-variance test. For the weighted-total estimators that is "the totals are not all equal" (DAPO);
+    for gdpo / per_dim, "the fused per-dimension scores are not all equal", which keeps a group whose
+    totals tie while its dimensions differ (GDPO's case: those are the groups it learns from)."""
+    return ~np.asarray(_zero_variance(jnp.asarray(rewards_BxGxK), jnp.asarray(weights_K), cfg=cfg))
 
 
 def select_groups(rounds: Sequence[Experience], selection: Sequence[tuple[int, int]], *, pad_id: int) -> Experience:
@@ -176,8 +198,11 @@ def _advantages_and_diagnostics(rewards_BxGxK, totals_BxG, weights_K, ro: sample
     adv, _ = adv_lib.compute_advantages(rewards_BxGxK, weights_K, cfg=cfg)
     adv = jnp.where(jnp.isfinite(adv), adv, 0.0)
     diag = diagnostics.reward_diagnostics(rewards_BxGxK, totals_BxG, adv)
+    diag["collapse/drowned_dims"] = diagnostics.drowned_dimensions(
+        diag["reward/adv_corr_within"], diag["reward/zero_var_frac_per_dim"], weights_K)
     diag.update(diagnostics.entropy_diagnostics(ro.entropies, ro.completion_mask))
-    diag.update(diagnostics.length_diagnostics(ro.lengths.reshape(-1), ro.truncated.reshape(-1)))
+    diag.update(diagnostics.length_diagnostics(ro.lengths.reshape(-1), ro.truncated.reshape(-1),
+                                               max_len=ro.tokens.shape[-1]))
     return adv, diag
 
 
@@ -209,10 +234,11 @@ def make_batch(exp: Experience, advantages_BxG, mesh) -> Batch:
 # metrics
 # --------------------------------------------------------------------------------------------------
 
-def flatten_metrics(metrics: dict, dims: Sequence[str]) -> dict[str, float]:
-    """Scalars as they are; the [K] vectors of PER_DIM_METRICS as "reward/<dim>/<stat>"; other arrays
-    (per-group values, histograms) dropped."""
-    out = {}
+def flatten_metrics(metrics: dict, dims: Sequence[str]) -> tuple[dict, dict]:
+    """(scalars, histograms): scalars as they are and the [K] vectors of PER_DIM_METRICS as
+    "reward/<dim>/<stat>"; HISTOGRAMS as {name: (bin edges, bin fractions)} lists. Other arrays (per-group
+    values) are dropped."""
+    out, hists = {}, {}
     for name, value in metrics.items():
         v = sharding.to_host(value)
         if v.ndim == 0:
@@ -220,19 +246,34 @@ def flatten_metrics(metrics: dict, dims: Sequence[str]) -> dict[str, float]:
         elif v.shape == (len(dims),) and name in PER_DIM_METRICS:
             stat = name.split("/", 1)[1]
             out.update({f"reward/{d}/{stat}": float(x) for d, x in zip(dims, v)})
-    return out
+        elif name in HISTOGRAMS:
+            hists[name] = (sharding.to_host(metrics[HISTOGRAMS[name]]).tolist(), v.tolist())
+    return out, hists
 
 
 def host_metrics(exp: Experience, dims: Sequence[str]) -> dict[str, float]:
-    """What the device diagnostics do not compute: batch-wide per-dimension std, the format rate and the
-    n-gram repetition rate of the completions."""
+    """What the device diagnostics do not compute: batch-wide per-dimension std, the format rate, the
+    n-gram repetition rate of the completions and the thinking segments' lengths."""
     r = exp.rewards
     out = {f"reward/{d}/std": float(np.nanstd(r[..., k])) for k, d in enumerate(dims)}
     if "format" in dims:
         out["format_rate"] = float(np.nanmean(r[..., list(dims).index("format")] >= 1.0))
     out["repetition/rate"] = repetition_rate(sharding.to_host(exp.rollout.tokens),
                                              sharding.to_host(exp.rollout.lengths))
+    out.update(thinking_lengths(exp.texts))
     return out
+
+
+def thinking_lengths(texts: Sequence[str]) -> dict[str, float]:
+    """Length in characters of each completion's thinking segment (`rewards.format.split_response`: the
+    text inside <think>...</think>, or after an unclosed <think>; 0 without think tags): think/chars_mean,
+    think/chars_p10, think/chars_p50, think/chars_p90 (numpy's linear percentiles)."""
+    n = np.array([len(split_response(t).thinking) for t in texts], np.float64)
+    if not len(n):
+        return {}
+    p10, p50, p90 = np.percentile(n, [10, 50, 90])
+    return {"think/chars_mean": float(n.mean()), "think/chars_p10": float(p10), "think/chars_p50": float(p50),
+            "think/chars_p90": float(p90)}
 
 
 def repetition_rate(tokens_BxGxT: np.ndarray, lengths_BxG: np.ndarray, n: int = 3) -> float:

@@ -31,7 +31,7 @@ from typing import IO, Any, Callable, Iterable
 import numpy as np
 from tensorboardX import FileWriter
 from tensorboardX.proto.event_pb2 import Event, SessionLog
-from tensorboardX.proto.summary_pb2 import Summary
+from tensorboardX.proto.summary_pb2 import HistogramProto, Summary
 from tqdm import tqdm
 from grpo_jax.fileio import atomic_write
 
@@ -75,18 +75,25 @@ class RunLogger:
         """Path of one JSONL stream: "metrics", "timings", "samples" or "events"."""
         return os.path.join(self.out_dir, f"{name}.jsonl")
 
-    def log(self, step: int, metrics: dict[str, float | int], *,
-            timings: dict[str, float] | None = None) -> None:
-        """One metrics row (and one timings row when given), their TensorBoard scalars, the progress bar."""
+    def log(self, step: int, metrics: dict[str, float | int], *, timings: dict[str, float] | None = None,
+            histograms: dict[str, tuple[list, list]] | None = None) -> None:
+        """One metrics row (and one timings row when given), their TensorBoard scalars, the progress bar.
+
+        histograms: {name: (bin edges [n + 1], bin fractions [n])}. The fractions go into the metrics row
+        under `name`, rounded to 5 decimals (the edges are fixed per name, so they are not repeated every
+        step), and to TensorBoard as a histogram."""
         if "step" in metrics or (timings and "step" in timings):
             raise ValueError("log: 'step' is reserved for the step number, not a metric name")
         step = int(step)
         metrics = {k: _native(v) for k, v in metrics.items()}
+        metrics.update({k: [round(float(x), 5) for x in fr] for k, (_, fr) in (histograms or {}).items()})
         timings = {k: _native(v) for k, v in (timings or {}).items()}
         self._write("metrics", [{"step": step, **metrics}])
         if timings:
             self._write("timings", [{"step": step, **timings}])
         self._add_scalars(step, {**metrics, **timings})
+        for name, (edges, fractions) in (histograms or {}).items():
+            self._add_histogram(step, name, edges, fractions)
         self._update_bar(step, metrics)
 
     def log_samples(self, step: int, samples: list[dict]) -> None:
@@ -124,6 +131,18 @@ class RunLogger:
             return
         scalars = [Summary.Value(tag=k, simple_value=float(v)) for k, v in values.items() if _is_number(v)]
         self._tb.add_summary(Summary(value=scalars), global_step=step)
+
+    def _add_histogram(self, step: int, name: str, edges: list, fractions: list) -> None:
+        """A TensorBoard histogram of bin fractions: bucket i covers [edges[i], edges[i + 1])."""
+        if self._tb is None:
+            return
+        centres = [(lo + hi) / 2 for lo, hi in zip(edges[:-1], edges[1:])]
+        total = float(sum(fractions))
+        histo = HistogramProto(min=float(edges[0]), max=float(edges[-1]), num=total,
+                               sum=float(sum(c * f for c, f in zip(centres, fractions))),
+                               sum_squares=float(sum(c * c * f for c, f in zip(centres, fractions))),
+                               bucket_limit=[float(e) for e in edges[1:]], bucket=[float(f) for f in fractions])
+        self._tb.add_summary(Summary(value=[Summary.Value(tag=name, histo=histo)]), global_step=step)
 
     def _update_bar(self, step: int, metrics: Row) -> None:
         if self._bar is None:

@@ -15,7 +15,7 @@ import os
 import sys
 import time
 import warnings
-from typing import Any
+from typing import Any, NamedTuple
 
 import flax.struct
 import jax
@@ -237,6 +237,13 @@ def reward_specs(cfg: TrainConfig, task) -> tuple[rewards_lib.RewardSpec, ...]:
 # the loop
 # --------------------------------------------------------------------------------------------------
 
+class StepOutput(NamedTuple):
+    metrics: dict  # flat float metrics of the step (what the monitor watches and metrics.jsonl records)
+    timings: dict  # wall-clock figures (timings.jsonl)
+    experience: experience.Experience  # the step's rollout, rewards and texts
+    histograms: dict  # {name: (bin edges, bin fractions)}, e.g. the token-entropy histogram
+
+
 class Trainer:
     """The GRPO loop for one run directory: state, controls, logging, evaluation, checkpoints.
 
@@ -337,8 +344,8 @@ class Trainer:
                                                         seed=self.stream.seed)
         return [self.stream.rows[i] for i in idx]
 
-    def step_once(self) -> tuple[dict, dict, experience.Experience]:
-        """One GRPO step: (metrics, timings, the step's experience)."""
+    def step_once(self) -> StepOutput:
+        """One GRPO step."""
         cfg, step, dims = self.cfg, self.step, self.actor.dims
         k_sample, k_update = jax.random.split(jax.random.fold_in(self.run_key, step))
         change = self.reward_weights.maybe_reload(step)
@@ -349,12 +356,12 @@ class Trainer:
         t0 = time.perf_counter()
         exp, dyn_metrics = experience.collect(self.actor, self.state.params, self.next_rows, k_sample,
                                               n_prompts=cfg.prompts_per_step, weights=weights, dynamic=cfg.dynamic,
-                                              temperature=temperature)
+                                              advantage=cfg.advantage, temperature=temperature)
         t1 = time.perf_counter()
         adv, diag = experience.advantages_and_diagnostics(exp, weights, cfg=cfg.advantage)
         batch = experience.make_batch(exp, adv, self.mesh)
         self.state, upd = self.train_step(self.state, batch, k_update, jnp.float32(coef))
-        metrics = experience.flatten_metrics({**diag, **upd}, dims)
+        metrics, histograms = experience.flatten_metrics({**diag, **upd}, dims)
         t2 = time.perf_counter()
         metrics.update(experience.host_metrics(exp, dims), **dyn_metrics)
         metrics.update({"control/entropy_coef": coef, "control/temperature": temperature})
@@ -363,7 +370,7 @@ class Trainer:
         n_tokens = int(sharding.to_host(exp.rollout.lengths).sum())
         timings = {"time/rollout_and_reward": t1 - t0, "time/update": t2 - t1, "time/step": t2 - t0,
                    "tokens_per_s": n_tokens / max(t1 - t0, 1e-9)}
-        return metrics, timings, exp
+        return StepOutput(metrics, timings, exp, histograms)
 
     def _update_controls(self, step: int, entropy_mean: float) -> None:
         self.entropy_ctl.update(step, entropy_mean)
@@ -383,18 +390,18 @@ class Trainer:
         if self.step == 0 and eval_every:
             self.logger.log(0, self.evaluate())
         while self.step < cfg.steps and not paused:
-            metrics, timings, exp = self.step_once()
+            metrics, timings, exp, histograms = self.step_once()
             step = self.step
             last = step == cfg.steps
             if (eval_every and step % eval_every == 0) or last:
                 metrics.update(self.evaluate())
-            self.logger.log(step, metrics, timings=timings)
+            self.logger.log(step, metrics, timings=timings, histograms=histograms)
             self.logger.log_samples(step, [{"response": t} for t in exp.texts[: cfg.logging.samples_per_step]])
             alarms = self.monitor.observe(step, metrics)
             paused = monitor.should_pause(alarms)
-            self._report_alarms(step, alarms)
             if (ckpt_every and step % ckpt_every == 0) or last or paused:
                 self.save(metrics)
+            self._report_alarms(step, alarms)
         self.logger.close()
         self.ckpt.close()
         return {"steps": self.step, "wall_seconds": time.perf_counter() - start_time, "paused": paused}
@@ -404,8 +411,10 @@ class Trainer:
             self.logger.event(step, "alarm", **_without_step(a.to_dict()))
             warnings.warn(a.message, stacklevel=2)
         if monitor.should_pause(alarms):
-            monitor.write_alarm_report(os.path.join(self.out_dir, "alarms", f"step-{step}"), alarms, step)
-            self.logger.event(step, "pause", alarms=[a.rule.key for a in alarms])
+            command = monitor.rollback_command(self.out_dir, alarms, self.ckpt.steps())
+            monitor.write_alarm_report(os.path.join(self.out_dir, "alarms", f"step-{step}"), alarms, step,
+                                       command=command)
+            self.logger.event(step, "pause", alarms=[a.rule.key for a in alarms], rollback_command=command)
 
     def report(self, summary: dict, *, title: str, sections=()) -> tuple[str, str]:
         """PNG plots from metrics.jsonl plus report.md / report.json in the run directory."""
@@ -428,8 +437,9 @@ def main(argv=None) -> dict:
     args, cfg = parse_args(argv, description="Run GRPO from a config: python -m grpo_jax.train --out DIR --set ...")
     summary = Trainer(cfg, args.out, resume=args.resume, quiet=args.quiet, rollback_to=args.rollback_to).run()
     if summary["paused"]:
-        print(f"paused by an alarm at step {summary['steps']}: see {args.out}/alarms/; continue with --resume "
-              f"or --rollback-to STEP --set ...", file=sys.stderr)
+        print(f"paused by an alarm at step {summary['steps']}: {args.out}/alarms/step-{summary['steps']}.md names "
+              f"it and the command that rolls back with a control on (or continue unchanged with --resume)",
+              file=sys.stderr)
         sys.exit(monitor.PAUSE_EXIT_CODE)
     return summary
 

@@ -251,24 +251,31 @@ def test_dynamic_sampling_select_keeps_informative_groups_in_order():
     np.testing.assert_array_equal(control.dynamic_sampling_select(totals[[0, 2]], need=2), [])
 
 
+class _TotalsBuffer(GroupBuffer):
+    """A GroupBuffer fed group totals: informative = the totals vary (the weighted-total rule)."""
+
+    def add_totals(self, totals):
+        self.add(control.informative_mask(np.asarray(totals, float)))
+
+
 def test_group_buffer_fills_across_rounds():
-    buf = GroupBuffer(need=4, max_rounds=3)
-    buf.add([[1, 1], [0, 1], [0, 0], [1, 0]])  # informative 1, 3
+    buf = _TotalsBuffer(need=4, max_rounds=3)
+    buf.add_totals([[1, 1], [0, 1], [0, 0], [1, 0]])  # informative 1, 3
     assert not buf.done and buf.rounds == 1
-    buf.add([[0, 0], [1, 1], [1, 0], [1, 1]])  # informative 2
-    buf.add([[1, 0], [0, 1], [0, 1], [0, 0]])  # informative 0, 1, 2: only one more needed
+    buf.add_totals([[0, 0], [1, 1], [1, 0], [1, 1]])  # informative 2
+    buf.add_totals([[1, 0], [0, 1], [0, 1], [0, 0]])  # informative 0, 1, 2: only one more needed
     assert buf.done and buf.selection() == [(0, 1), (0, 3), (1, 2), (2, 0)]
     # 12 groups seen, 4 kept -> 8 dropped; no zero-variance fill.
     assert buf.metrics() == {"dynamic/rounds": 3.0, "dynamic/kept": 4.0, "dynamic/dropped": 8.0,
                              "dynamic/filled_frac": 0.0}
     with pytest.raises(RuntimeError, match="done"):
-        buf.add([[0, 1]])
+        buf.add_totals([[0, 1]])
 
 
 def test_group_buffer_respects_the_cap_and_fills_with_zero_variance_groups():
-    buf = GroupBuffer(need=4, max_rounds=2)
-    buf.add([[1, 1], [0, 1], [0, 0], [1, 1]])  # informative 1; zero-variance 0, 2, 3
-    buf.add([[0, 0], [1, 1], [2, 2], [3, 3]])  # none informative
+    buf = _TotalsBuffer(need=4, max_rounds=2)
+    buf.add_totals([[1, 1], [0, 1], [0, 0], [1, 1]])  # informative 1; zero-variance 0, 2, 3
+    buf.add_totals([[0, 0], [1, 1], [2, 2], [3, 3]])  # none informative
     assert buf.done and buf.rounds == 2
     assert buf.selection() == [(0, 1), (0, 0), (0, 2), (0, 3)]  # informative first, then fill in arrival order
     assert buf.metrics() == {"dynamic/rounds": 2.0, "dynamic/kept": 1.0, "dynamic/dropped": 4.0,
@@ -277,10 +284,10 @@ def test_group_buffer_respects_the_cap_and_fills_with_zero_variance_groups():
 
 def _run_buffer(seed: int, need: int, max_rounds: int):
     rng = np.random.default_rng(seed)
-    rounds, buf = [], GroupBuffer(need=need, max_rounds=max_rounds)
+    rounds, buf = [], _TotalsBuffer(need=need, max_rounds=max_rounds)
     while not buf.done:
         rounds.append(rng.integers(0, 2, size=(4, 2)).astype(float))  # p(zero variance) = 1/2 per group
-        buf.add(rounds[-1])
+        buf.add_totals(rounds[-1])
     return rounds, buf
 
 

@@ -88,7 +88,8 @@ def test_collect_with_dynamic_sampling_keeps_only_groups_whose_totals_vary(train
     weights = trainer.reward_weights.at(0)
     dyn = DynamicSamplingConfig(enabled=True, oversample=2.0, max_rounds=2)
     exp, metrics = experience.collect(trainer.actor, trainer.state.params, trainer.next_rows, jax.random.key(3),
-                                      n_prompts=3, weights=weights, dynamic=dyn, temperature=1.0)
+                                      n_prompts=3, weights=weights, dynamic=dyn,
+                                      advantage=trainer.cfg.advantage, temperature=1.0)
     assert exp.rewards.shape[:2] == (3, 4) and len(exp.rows) == 3 and len(exp.texts) == 12
     informative = exp.totals.max(axis=1) > exp.totals.min(axis=1)
     # informative groups first; fill (zero-variance groups) only when the rounds ran out

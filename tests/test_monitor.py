@@ -87,7 +87,7 @@ def _stream(n: int) -> list[dict]:
 
 
 def test_state_round_trip_mid_stream_gives_identical_alarms():
-    cfg = MonitorConfig(rules=default_rules(max_new_tokens=16), history=32)
+    cfg = MonitorConfig(rules=default_rules(), history=32)
     stream = _stream(80)
     whole = Monitor(cfg)
     expected = [a.to_dict() for i, d in enumerate(stream) for a in whole.observe(i, d)]
@@ -136,8 +136,78 @@ def test_config_validation_names_the_field():
 def test_default_rules_cover_the_trainer_metrics_and_survive_config_json():
     cfg = MonitorConfig()
     watched = {(r.metric, r.kind) for r in cfg.rules}
-    assert watched >= {("entropy/mean", "below"), ("entropy/mean", "drop"), ("groups/zero_var_frac", "above"),
-                       ("length/mean", "above"), ("length/mean", "below"), ("length/truncated_frac", "above"),
-                       ("repetition/rate", "above"), ("kl", "above"), ("clip_frac_high", "above"),
-                       ("clip_frac_low", "above"), ("loss", "nonfinite"), ("skipped", "nonfinite")}
+    assert watched >= {("entropy/mean", "below_first_frac"), ("entropy/p50", "below_first_frac"),
+                       ("entropy/mean", "drop"), ("groups/zero_var_frac", "above"),
+                       ("collapse/drowned_dims", "above"), ("length/mean_frac", "above"), ("length/mean", "below"),
+                       ("length/truncated_frac", "above"), ("repetition/rate", "above"), ("kl", "above"),
+                       ("clip_frac_high", "above"), ("clip_frac_low", "above"), ("loss", "nonfinite"),
+                       ("skipped", "nonfinite")}
     assert from_dict(MonitorConfig, json.loads(json.dumps(to_dict(cfg)))) == cfg
+    pausing = {r.name for r in cfg.rules if r.action == "pause"}
+    assert pausing >= {"entropy_collapse", "group_variance_collapse"}
+    warned = MonitorConfig(collapse_action="warn")
+    assert {r.name for r in warned.rules if r.action == "pause"} == {""}  # only the non-finite loss rule
+    assert from_dict(MonitorConfig, json.loads(json.dumps(to_dict(warned)))) == warned
+
+
+def _fired(rules, stream):
+    m = Monitor(MonitorConfig(rules=rules))
+    return [(a.rule.name or a.rule.metric, a.step) for i, d in enumerate(stream) for a in m.observe(i + 1, d)]
+
+
+def _rule(name):
+    (r,) = [r for r in default_rules() if r.name == name]
+    return r
+
+
+# (rule, symptom stream, healthy stream): 30 steps each, values as the trainer logs them
+ENTROPY_SICK = [{"entropy/mean": 0.3 * 0.85 ** i, "entropy/p50": 0.05 * 0.85 ** i} for i in range(30)]
+ENTROPY_OK = [{"entropy/mean": 0.3 - 0.006 * i, "entropy/p50": 0.05 - 0.001 * i} for i in range(30)]  # ends 0.4x
+
+
+@pytest.mark.parametrize("name, metric, sick, healthy", [
+    ("entropy_collapse", "entropy/mean", ENTROPY_SICK, ENTROPY_OK),  # 0.3 -> under 0.03 by step 15
+    ("entropy_median_collapse", "entropy/p50", ENTROPY_SICK, ENTROPY_OK),
+    ("group_variance_collapse", "groups/zero_var_frac",
+     [{"groups/zero_var_frac": min(1.0, 0.5 + 0.05 * i)} for i in range(30)],  # > 0.9 from step 10 on
+     [{"groups/zero_var_frac": 0.5 + 0.3 * (i % 2)} for i in range(30)]),  # 0.8 at worst
+    ("drowned_dimension", "collapse/drowned_dims",
+     [{"collapse/drowned_dims": float(i >= 5)} for i in range(30)],  # one dimension ignored from step 6
+     [{"collapse/drowned_dims": float(i % 3 == 0)} for i in range(30)]),  # a blip now and then
+])
+def test_default_collapse_alarms_fire_on_their_symptom_and_not_on_a_healthy_run(name, metric, sick, healthy):
+    rule = _rule(name)
+    fired = _fired((rule,), sick)
+    assert [n for n, _ in fired] == [name]  # fires once (edge-triggered)
+    first_bad = next(i + 1 for i, d in enumerate(sick) if (
+        d[metric] < rule.threshold * sick[0][metric] if rule.kind == "below_first_frac" else d[metric] > rule.threshold))
+    assert fired[0][1] == first_bad + rule.patience - 1  # after `patience` consecutive bad steps
+    assert _fired((rule,), healthy) == []
+
+
+def test_length_alarm_is_relative_to_the_budget():
+    (rule,) = [r for r in default_rules() if r.metric == "length/mean_frac"]
+    assert _fired((rule,), [{"length/mean_frac": 0.95}] * 6) and not _fired((rule,), [{"length/mean_frac": 0.6}] * 30)
+
+
+def test_below_first_frac_state_survives_a_round_trip():
+    rule = AlarmRule("entropy/mean", "below_first_frac", 0.5, patience=1, name="half")
+    m = Monitor(MonitorConfig(rules=(rule,)))
+    m.observe(1, {"entropy/mean": 0.0})  # not positive: not a reference
+    m.observe(2, {"entropy/mean": 0.4})  # the reference
+    resumed = Monitor(MonitorConfig(rules=(rule,)))
+    resumed.load_state_dict(json.loads(json.dumps(m.state_dict())))
+    assert [a.step for a in resumed.observe(3, {"entropy/mean": 0.19})] == [3]  # 0.19 < 0.5 * 0.4
+
+
+def test_rollback_command_targets_the_checkpoint_before_the_streak():
+    rule = _rule("entropy_collapse")  # patience 5
+    m = Monitor(MonitorConfig(rules=(rule,)))
+    alarms = [a for i, d in enumerate(ENTROPY_SICK) for a in m.observe(i + 1, d)]
+    # step s logs 0.3 * 0.85^(s-1): step 15 gives 0.0308 (not under 0.1 x 0.3), step 16 0.0262 is the first
+    # bad one, so with patience 5 it fires at step 20; a checkpoint at 16 is already inside the streak
+    (alarm,) = alarms
+    assert alarm.step == 20
+    cmd = mon.rollback_command("runs/x", alarms, kept_steps=[5, 10, 16, 20])
+    assert cmd == ("python -m grpo_jax.train --config runs/x/config.json --out runs/x --rollback-to 10 "
+                   "--set temperature.mode=adaptive")

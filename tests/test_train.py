@@ -24,6 +24,9 @@ TINY = [
     "task.n_train=64", "task.n_eval=8", "logging.eval_every=0", "logging.progress=false",
     "logging.tensorboard=false", "checkpoint.every=1", "optim.lr=0.003", "model.d_model=32", "model.mlp_dim=64",
     "model.n_layers=1",
+    # a random tiny model scores 0 on almost every group, which is a group-variance collapse by construction:
+    # these tests exercise other things, so the collapse alarms warn instead of pausing
+    "monitor.collapse_action=warn",
 ]
 
 
@@ -48,7 +51,7 @@ def _final_params(run_dir):
 def test_one_step_changes_params_and_metrics_are_sane(tmp_path):
     tr = train.Trainer(tiny_config("steps=1", "loss.beta=0.04"), str(tmp_path), quiet=True)
     before = _leaves(tr.state.params)
-    metrics, timings, exp = tr.step_once()
+    metrics, timings, exp, _ = tr.step_once()
     texts, r = exp.texts, exp.rewards
     after = _leaves(tr.state.params)
     assert any((a != b).any() for a, b in zip(before, after))
