@@ -7,8 +7,10 @@ The study writes `<out>/results.json`, `<out>/results.md` and comparison plots u
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import shlex
 import sys
 import time
 
@@ -25,38 +27,94 @@ from grpo_jax.fileio import atomic_write_text  # noqa: E402
 from grpo_jax.runlog import read_jsonl  # noqa: E402
 from grpo_jax.sft import warm_start  # noqa: E402
 from grpo_jax.train import Trainer  # noqa: E402
+from grpo_jax.train import main as train_main  # noqa: E402
 
 
-def study_settings(args, cfg: TrainConfig, default_out: str):
-    """(out dir, seeds, warm-start settings) shared by the studies: 3 seeds and a fixed 300-step warm start
-    (the same for every arm), or one seed and a few steps with --smoke."""
+@dataclasses.dataclass(frozen=True)
+class Arm:
+    """One arm of a study: config overrides, plus optionally what happens mid-run.
+
+    reload_at / reload_weights: at step `reload_at` the run's reward-weights file is rewritten with
+    `reload_weights` ({dimension: weight}); the trainer re-reads it on the next step (the hot reload a
+    researcher does by editing the file). The run is stopped at that step and resumed in the same
+    directory, so the switch step is exact and the run stays reproducible.
+    on_pause: when an alarm pauses the run, run the rollback command the pause report names, with these
+    extra overrides (the documented recovery), and continue to the configured steps."""
+
+    overrides: tuple = ()
+    reload_at: int = 0
+    reload_weights: tuple = ()  # ((dimension, weight), ...)
+    on_pause: tuple | None = None
+
+
+def study_settings(args, cfg: TrainConfig, default_out: str, *, warm: dict | None = None, smoke_warm: dict | None = None):
+    """(out dir, seeds, warm-start settings) shared by the studies: 3 seeds (or --seeds) and the study's
+    warm start, the same for every arm of a seed; one seed and a few steps with --smoke."""
     out = args.out if args.out != "runs/grpo" else default_out
     seeds = [cfg.seed] if args.smoke else [cfg.seed, cfg.seed + 1, cfg.seed + 2]
     if args.seeds:
         seeds = [int(s) for s in args.seeds.split(",")]
-    sft = dict(target_accuracy=1.1, max_steps=4 if args.smoke else 300, batch_size=16 if args.smoke else 128,
-               lr=1e-3, eval_every=4 if args.smoke else 300, n_valid=8 if args.smoke else 100)
+    sft = dict(target_accuracy=1.1, max_steps=300, batch_size=128, lr=1e-3, eval_every=300, n_valid=100)
+    sft = dict(warm or sft)
+    if args.smoke:
+        sft = dict(smoke_warm or dict(target_accuracy=1.1, max_steps=4, batch_size=16, lr=1e-3, eval_every=4,
+                                      n_valid=8))
     return out, seeds, sft
 
 
-def run_study(base: TrainConfig, arms: dict[str, list[str]], *, seeds, out: str, sft: dict, quiet: bool,
+def _collect_finished(base: TrainConfig, arms, seeds, out: str, summarize) -> dict:
+    """--summarize-only: the figures of every (arm, seed) run under `out` that finished all its steps."""
+    results = {arm: [] for arm in arms}
+    for seed in seeds:
+        for arm in arms:
+            path = os.path.join(out, arm, f"seed{seed}", "metrics.jsonl")
+            rows = read_jsonl(path) if os.path.exists(path) else []
+            if not rows or max(r.get("step", -1) for r in rows) < base.steps:
+                print(f"summarize-only: {arm} seed {seed} missing or unfinished ({path}); left out")
+                continue
+            results[arm].append({**summarize(rows), **run_events(os.path.dirname(path)), "seed": seed})
+    return {"results": {a: r for a, r in results.items() if r}, "seeds": list(seeds), "wall_seconds": 0.0}
+
+
+def run_events(run_dir: str) -> dict:
+    """What a run's events.jsonl says happened: the step it paused at (None) and the step a rollback
+    restarted it from (None)."""
+    events = read_jsonl(os.path.join(run_dir, "events.jsonl"))
+    pauses = [e["step"] for e in events if e["kind"] == "pause"]
+    rollbacks = [e["to_step"] for e in events if e["kind"] == "rollback"]
+    return {"paused_at": pauses[0] if pauses else None, "rolled_back_to": rollbacks[0] if rollbacks else None}
+
+
+def run_arm(cfg: TrainConfig, arm: Arm, run_dir: str, params, *, quiet: bool) -> None:
+    """Train one arm from `params` in `run_dir` (see `Arm` for reloads and pauses)."""
+    if arm.reload_at:
+        trainer = Trainer(override(cfg, [f"steps={arm.reload_at}"]), run_dir, quiet=quiet)
+        trainer.set_params(params)
+        trainer.run()
+        path = cfg.rewards.weights.weights_file
+        atomic_write_text(path, json.dumps(dict(arm.reload_weights)))
+        trainer = Trainer(cfg, run_dir, resume=True, quiet=quiet)
+    else:
+        trainer = Trainer(cfg, run_dir, quiet=quiet)
+        trainer.set_params(params)
+    summary = trainer.run()
+    if summary["paused"] and arm.on_pause is not None:
+        report = json.loads(open(os.path.join(run_dir, "alarms", f"step-{summary['steps']}.json")).read())
+        argv = shlex.split(report["rollback_command"])[3:]  # drop "python -m grpo_jax.train"
+        train_main(argv + [x for o in arm.on_pause for x in ("--set", o)] + ["--quiet"])
+
+
+def run_study(base: TrainConfig, arms: dict[str, Arm], *, seeds, out: str, sft: dict, quiet: bool,
               summarize, summarize_only: bool = False) -> dict:
-    """Train every (arm, seed); `summarize(rows) -> dict` turns one run's metrics into its figures.
+    """Train every (arm, seed) from the seed's shared warm start; `summarize(rows) -> dict` turns one run's
+    metrics into its figures (plus seed, warm-start steps and what the arm's run did: paused, rolled back).
 
     summarize_only: train nothing; collect the figures of every (arm, seed) run already under `out` that
     finished all its steps (seeds trained in separate processes with --seeds land in the same tree)."""
+    if summarize_only:
+        return _collect_finished(base, arms, seeds, out, summarize)
     results = {arm: [] for arm in arms}
     start = time.perf_counter()
-    if summarize_only:
-        for seed in seeds:
-            for arm in arms:
-                path = os.path.join(out, arm, f"seed{seed}", "metrics.jsonl")
-                rows = read_jsonl(path) if os.path.exists(path) else []
-                if not rows or max(r.get("step", -1) for r in rows) < base.steps:
-                    print(f"summarize-only: {arm} seed {seed} missing or unfinished ({path}); left out")
-                    continue
-                results[arm].append({**summarize(rows), "seed": seed})
-        return {"results": {a: r for a, r in results.items() if r}, "seeds": list(seeds), "wall_seconds": 0.0}
     sft = dict(sft)
     n_valid = sft.pop("n_valid", 100)
     for seed in seeds:
@@ -67,16 +125,20 @@ def run_study(base: TrainConfig, arms: dict[str, list[str]], *, seeds, out: str,
         params, sft_summary = warm_start(warm.actor, warm.state.params, warm.stream.rows, valid,
                                          solution=warm.task.solution, seed=seed, log=(lambda *_: None), **sft)
         warm.logger.close()
-        for arm, overrides in arms.items():
-            run_dir = os.path.join(out, arm, f"seed{seed}")
-            trainer = Trainer(override(seed_cfg, overrides), run_dir, quiet=quiet)
-            trainer.set_params(params)
-            trainer.run()
+        for name, arm in arms.items():
+            run_dir = os.path.join(out, name, f"seed{seed}")
+            cfg = override(seed_cfg, list(arm.overrides))
+            if arm.reload_at:  # the file starts empty (base weights) and is rewritten at reload_at
+                wfile = os.path.join(os.path.abspath(run_dir), "weights.json")
+                os.makedirs(run_dir, exist_ok=True)
+                atomic_write_text(wfile, "{}")
+                cfg = override(cfg, [f"rewards.weights.weights_file={wfile}"])
+            run_arm(cfg, arm, run_dir, params, quiet=quiet)
             figures = summarize(read_jsonl(os.path.join(run_dir, "metrics.jsonl")))
-            figures.update(seed=seed, sft_steps=sft_summary["sft_steps"])
-            results[arm].append(figures)
+            figures.update(seed=seed, sft_steps=sft_summary["sft_steps"], **run_events(run_dir))
+            results[name].append(figures)
             if not quiet:
-                print(f"{arm} seed {seed}: {figures}")
+                print(f"{name} seed {seed}: {figures}", flush=True)
     return {"results": results, "seeds": list(seeds), "wall_seconds": time.perf_counter() - start}
 
 
@@ -99,7 +161,7 @@ def table(results: dict, columns: list[str]) -> str:
 
 
 def plot_curves(out: str, arms, key: str, ylabel: str, name: str) -> str:
-    """One line per arm (mean over seeds) of a metric against the step."""
+    """One line per arm of a metric against the step: the mean over seeds, with a band of +- one std."""
     fig, ax = plt.subplots(figsize=(7, 4))
     for arm in arms:
         curves = []
@@ -107,15 +169,19 @@ def plot_curves(out: str, arms, key: str, ylabel: str, name: str) -> str:
         for seed_dir in sorted(os.listdir(arm_dir)) if os.path.isdir(arm_dir) else []:
             path = os.path.join(arm_dir, seed_dir, "metrics.jsonl")
             if os.path.exists(path):
-                curves.append([(r["step"], r[key]) for r in read_jsonl(path) if key in r])
+                curves.append([(r["step"], r[key]) for r in read_jsonl(path) if isinstance(r.get(key), (int, float))])
         n = min((len(c) for c in curves), default=0)
         if n:
             steps = [s for s, _ in curves[0][:n]]
-            ax.plot(steps, np.mean([[v for _, v in c[:n]] for c in curves], axis=0), label=arm)
+            values = np.array([[v for _, v in c[:n]] for c in curves], float)
+            mean, std = values.mean(axis=0), values.std(axis=0)
+            (line,) = ax.plot(steps, mean, label=arm)
+            if len(curves) > 1:
+                ax.fill_between(steps, mean - std, mean + std, color=line.get_color(), alpha=0.15, linewidth=0)
     ax.set_xlabel("step")
     ax.set_ylabel(ylabel)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=7)
     os.makedirs(os.path.join(out, "plots"), exist_ok=True)
     path = os.path.join(out, "plots", f"{name}.png")
     fig.tight_layout()

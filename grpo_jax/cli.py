@@ -1,5 +1,5 @@
 """The command line every launcher shares (`python -m grpo_jax.train`, `experiments/*.py`): --out, --seed,
---smoke, --config, --set key=value ..., --resume, --rollback-to, and the studies' --seeds / --summarize-only."""
+--smoke, --config, --set key=value ..., --resume, --rollback-to, and the studies' --seeds / --arms / --summarize-only."""
 
 from __future__ import annotations
 
@@ -27,6 +27,7 @@ def parse_args(argv=None, *, description: str = "", get_config=None):
     ap.add_argument("--quiet", action="store_true", help="no progress bar")
     ap.add_argument("--seeds", default=None, metavar="S1,S2,...",
                     help="studies only: the seeds to train (default: --seed and the next two)")
+    ap.add_argument("--arms", default=None, metavar="A1,A2,...", help="studies only: the arms to train (default: all)")
     ap.add_argument("--summarize-only", action="store_true",
                     help="studies only: rebuild results.md / results.json / plots from the runs already in --out "
                          "(e.g. after training seeds in separate processes with --seeds)")

@@ -99,7 +99,8 @@ def reward_diagnostics(
       reward/adv_corr_within [K]: the same with r_k centred on its group mean, i.e. how much of A's
         within-group ordering dimension k explains (0 when k never varies within a group);
       adv/distinct_per_group [B] int32, reward/distinct_vectors_per_group [B] int32: D_A(b), D_R(b);
-      collapse/distinct_rewards, collapse/distinct_advantages (int32), collapse/ratio: see module doc.
+      collapse/distinct_rewards, collapse/distinct_advantages (int32), collapse/ratio: see module doc;
+      collapse/distinct_advantages_per_group: mean D_A(b) over non-empty groups (G when nothing ties).
     """
     rewards_BGK = jnp.asarray(rewards, jnp.float32)
     total_BG = jnp.asarray(totals, jnp.float32)
@@ -139,6 +140,7 @@ def reward_diagnostics(
         "reward/distinct_vectors_per_group": distinct_rew_B,
         "collapse/distinct_rewards": total_rew,
         "collapse/distinct_advantages": total_adv,
+        "collapse/distinct_advantages_per_group": _masked_mean(distinct_adv_B.astype(jnp.float32), nonempty_B),
         "collapse/ratio": ratio,
     }
 

@@ -74,9 +74,9 @@ def test_greedy_demo_runs():
     assert "greedy continuation" in out.stdout
 
 
-def _study_smoke(script, tmp_path, columns):
-    out = subprocess.run([sys.executable, f"experiments/{script}", "--smoke", "--quiet", "--out", str(tmp_path)],
-                         cwd=ROOT, capture_output=True, text=True, timeout=900)
+def _study_smoke(script, tmp_path, columns, arms):
+    out = subprocess.run([sys.executable, f"experiments/{script}", "--smoke", "--quiet", "--out", str(tmp_path),
+                          "--arms", arms], cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stderr[-3000:]
     study = json.loads((tmp_path / "results.json").read_text())
     for arm, runs in study["results"].items():
@@ -85,7 +85,7 @@ def _study_smoke(script, tmp_path, columns):
     assert all(arm in md for arm in study["results"]) and os.path.exists(tmp_path / "plots")
     # the tables rebuilt from the finished runs (as after seeds trained in separate processes) are the same
     again = subprocess.run([sys.executable, f"experiments/{script}", "--smoke", "--summarize-only", "--out",
-                            str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=600)
+                            str(tmp_path), "--arms", arms], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stderr[-3000:]
     rebuilt = json.loads((tmp_path / "results.json").read_text())
     for arm, runs in study["results"].items():
@@ -94,16 +94,24 @@ def _study_smoke(script, tmp_path, columns):
     return study
 
 
-def test_ablate_advantages_smoke(tmp_path):
-    study = _study_smoke("ablate_advantages.py", tmp_path, ["quality_final", "format_rate_final", "collapse_ratio",
-                                                            "corr_quality", "corr_format", "corr_length"])
-    assert set(study["results"]) == {"grpo", "gdpo"}
+def test_reward_collapse_smoke(tmp_path):
+    dims = ("math", "format")
+    study = _study_smoke("reward_collapse.py", tmp_path, ["accuracy_start", "accuracy_final", "accuracy_best",
+                                                          "format_rate_final", "collapse_ratio", "distinct_adv_per_group"]
+                         + [f"adv_corr_{d}" for d in dims], arms="grpo,gdpo,hot_reload")
+    assert set(study["results"]) == {"grpo", "gdpo", "hot_reload"}
+    # the hot reload rewrote the weights file mid-run and the trainer picked it up at the next step
+    events = [json.loads(line) for line in open(tmp_path / "hot_reload" / "seed0" / "events.jsonl")]
+    (change,) = [e for e in events if e["kind"] == "reward_weights"]
+    assert change["new"]["format"] == 0.1 and change["old"]["format"] == 4.0
 
 
 def test_entropy_collapse_smoke(tmp_path):
-    study = _study_smoke("entropy_collapse.py", tmp_path, ["quality_final", "entropy_first", "entropy_final",
-                                                           "fit_a", "fit_b", "fit_r2"])
-    assert set(study["results"]) == {"none", "adaptive_temperature"}
+    study = _study_smoke("entropy_collapse.py", tmp_path, ["accuracy_start", "accuracy_final", "entropy_first",
+                                                           "entropy_final", "entropy_p50_first", "entropy_p50_final",
+                                                           "fit_a", "fit_b", "fit_r2", "paused_at", "rolled_back_to"],
+                         arms="none,per_token_temperature,pause_rollback")
+    assert set(study["results"]) == {"none", "per_token_temperature", "pause_rollback"}
 
 
 def test_entropy_law_fit_recovers_known_coefficients():

@@ -1,0 +1,112 @@
+"""Reward-collapse study: GRPO's sum-then-normalise against per-dimension normalisation, weight changes,
+a curriculum and a mid-run hot reload, on 3-digit addition with held-out accuracy.
+
+    python experiments/reward_collapse.py                      # 6 arms x 3 seeds -> runs/reward_collapse/results.md
+    python experiments/reward_collapse.py --arms grpo,gdpo --seeds 3,4
+    python experiments/reward_collapse.py --smoke              # seconds; what the tests run
+
+Setting: the default experiment's model and warm start (supervised to 30% validation accuracy, shared by
+every arm of a seed), then GRPO with two rewards of very different difficulty: correctness (hard, weight
+CORRECT_WEIGHT) and format (easy, at its ceiling after the warm start, weight EASY_WEIGHT, high). Arms (one
+flag each): `grpo` (sum, then group z-score), `gdpo`, `per_dim`, `grpo_low_easy` (the easy weight lowered),
+`curriculum` (format first, correctness ramped in over CURRICULUM_STEPS) and `hot_reload` (the easy weight
+lowered by rewriting the weights file at step RELOAD_AT, as a researcher would mid-run).
+
+Reported per arm and seed (results.json, results.md, plots/): accuracy_start, accuracy_final,
+accuracy_best, format_rate_final, collapse_ratio, adv_corr_<dim> and adv_corr_within_<dim> for every
+dimension, distinct advantages per group (means over the last 20 steps).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from arithmetic import SFT, SFT_SMOKE  # noqa: E402
+from arithmetic import get_config as arithmetic_config  # noqa: E402
+from study import Arm, last_mean, plot_curves, run_study, study_settings, write_study  # noqa: E402
+
+from grpo_jax.cli import parse_args  # noqa: E402
+from grpo_jax.config import TrainConfig, override  # noqa: E402
+
+CORRECT_WEIGHT = 1.0
+EASY_WEIGHT = 4.0  # the easy dimension weighted high
+LOW_EASY_WEIGHT = 0.1  # the default experiment's format weight
+STEPS = 400
+CURRICULUM_STEPS = 100
+RELOAD_AT = 100
+DIMS = ("math", "format")
+
+
+def rewards(correct: float, easy: float) -> str:
+    return json.dumps([{"name": "math", "weight": correct},
+                       {"name": "format", "weight": easy, "kwargs": {"require_answer_tag": True}}])
+
+
+ARMS = {
+    "grpo": Arm(),
+    "gdpo": Arm(("advantage.estimator=gdpo",)),
+    "per_dim": Arm(("advantage.estimator=per_dim",)),
+    "grpo_low_easy": Arm((f"rewards.specs={rewards(CORRECT_WEIGHT, LOW_EASY_WEIGHT)}",)),
+    # format at full weight from the start; correctness ramped from 0 to 1 over CURRICULUM_STEPS
+    "curriculum": Arm((f'rewards.weights.schedule=[["math", [[0, 0.0], [{CURRICULUM_STEPS}, 1.0]]]]',)),
+    "hot_reload": Arm(reload_at=RELOAD_AT, reload_weights=(("format", LOW_EASY_WEIGHT),)),
+}
+SMOKE_ARMS = {**ARMS, "hot_reload": Arm(reload_at=1, reload_weights=(("format", LOW_EASY_WEIGHT),))}
+
+
+def get_config(smoke: bool = False) -> TrainConfig:
+    cfg = override(arithmetic_config(smoke), [
+        f"steps={2 if smoke else STEPS}", f"rewards.specs={rewards(CORRECT_WEIGHT, EASY_WEIGHT)}",
+        "logging.eval_every=" + ("1" if smoke else "50"), "checkpoint.every=0", "logging.tensorboard=false",
+        "monitor.collapse_action=warn", "task.n_eval=" + ("16" if smoke else "500"),
+    ])
+    return cfg
+
+
+def summarize(rows: list[dict]) -> dict:
+    evals = [r for r in rows if "eval/accuracy" in r]
+    out = {
+        "accuracy_start": evals[0]["eval/accuracy"],
+        "accuracy_final": evals[-1]["eval/accuracy"],
+        "accuracy_best": max(r["eval/accuracy"] for r in evals),
+        "format_rate_final": evals[-1].get("eval/format_rate", float("nan")),
+        "collapse_ratio": last_mean(rows, "collapse/ratio"),
+        "distinct_adv_per_group": last_mean(rows, "collapse/distinct_advantages_per_group"),
+    }
+    for d in DIMS:
+        out[f"adv_corr_{d}"] = last_mean(rows, f"reward/{d}/adv_corr")
+        out[f"adv_corr_within_{d}"] = last_mean(rows, f"reward/{d}/adv_corr_within")
+    return out
+
+
+def main(argv=None) -> dict:
+    args, cfg = parse_args(argv, description=__doc__, get_config=get_config)
+    out, seeds, sft = study_settings(args, cfg, "runs/reward_collapse", warm=SFT, smoke_warm=SFT_SMOKE)
+    arms = {k: v for k, v in (SMOKE_ARMS if args.smoke else ARMS).items() if not args.arms or k in args.arms.split(",")}
+    study = run_study(cfg, arms, seeds=seeds, out=out, sft=sft, quiet=args.quiet, summarize=summarize,
+                      summarize_only=args.summarize_only)
+    study["settings"] = {"correct_weight": CORRECT_WEIGHT, "easy_weight": EASY_WEIGHT,
+                         "low_easy_weight": LOW_EASY_WEIGHT, "steps": cfg.steps}
+    plots = [plot_curves(out, arms, "eval/accuracy", "held-out accuracy", "accuracy"),
+             plot_curves(out, arms, "format_rate", "format rate (rollouts)", "format")]
+    for d in DIMS:
+        plots.append(plot_curves(out, arms, f"reward/{d}/mean", f"reward {d}", f"reward_{d}"))
+        plots.append(plot_curves(out, arms, f"reward/{d}/adv_corr_within", f"within-group corr({d}, A)",
+                                 f"adv_corr_{d}"))
+    notes = (f"3-digit addition, warm start to 30% validation accuracy per seed (shared by the arms), then "
+             f"{cfg.steps} GRPO steps; rewards: correctness (weight {CORRECT_WEIGHT}) and format (weight "
+             f"{EASY_WEIGHT}).")
+    columns = ["accuracy_start", "accuracy_final", "accuracy_best", "format_rate_final", "collapse_ratio",
+               "distinct_adv_per_group"] + [f"adv_corr_within_{d}" for d in DIMS]
+    write_study(out, study, title="Reward collapse: sum-then-normalise and its fixes", columns=columns, plots=plots,
+                notes=notes)
+    print(open(os.path.join(out, "results.md")).read())
+    return study
+
+
+if __name__ == "__main__":
+    main()
