@@ -118,10 +118,6 @@ def reward_diagnostics(
     centred_BGK = jnp.where(mask_BGK, rewards_BGK - mean_BK[:, None, :], 0.0)
     corr_within_K = jax.vmap(_pearson, in_axes=(2, None, 2))(centred_BGK, adv_BG, mask_BGK)
     group_avg = jax.vmap(_masked_mean, in_axes=(1, 1))  # over B, per K
-    distinct_adv_B = jax.vmap(lambda a, v: _num_distinct(a[:, None], v, tol=tol))(adv_BG, valid_BG)
-    distinct_rew_B = jax.vmap(lambda r, v: _num_distinct(r, v, tol=tol))(rewards_BGK, valid_BG)
-    total_rew, total_adv = jnp.sum(distinct_rew_B), jnp.sum(distinct_adv_B)
-    ratio = jnp.where(total_adv > 0, total_rew / jnp.maximum(total_adv, 1), 0.0).astype(jnp.float32)
     return {
         "reward/group_mean": mean_BK,
         "reward/group_var": var_BK,
@@ -136,6 +132,18 @@ def reward_diagnostics(
         ),
         "reward/adv_corr": corr_K,
         "reward/adv_corr_within": corr_within_K,
+        **collapse_counts(rewards_BGK, adv_BG, valid_BG, tol=tol),
+    }
+
+
+def collapse_counts(rewards_BGK: Array, adv_BG: Array, valid_BG: Array, *, tol: float) -> dict[str, Array]:
+    """Distinct reward vectors and distinct advantages per group and their ratio (module doc)."""
+    distinct_adv_B = jax.vmap(lambda a, v: _num_distinct(a[:, None], v, tol=tol))(adv_BG, valid_BG)
+    distinct_rew_B = jax.vmap(lambda r, v: _num_distinct(r, v, tol=tol))(rewards_BGK, valid_BG)
+    total_rew, total_adv = jnp.sum(distinct_rew_B), jnp.sum(distinct_adv_B)
+    ratio = jnp.where(total_adv > 0, total_rew / jnp.maximum(total_adv, 1), 0.0).astype(jnp.float32)
+    nonempty_B = jnp.any(valid_BG, axis=-1)
+    return {
         "adv/distinct_per_group": distinct_adv_B,
         "reward/distinct_vectors_per_group": distinct_rew_B,
         "collapse/distinct_rewards": total_rew,
