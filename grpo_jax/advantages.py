@@ -85,7 +85,7 @@ def _prepare(rewards: Array, weights: Array, valid: Array | None) -> tuple[Array
 
 def weighted_total(rewards_BGK: Array, weights_K: Array) -> Array:
     """r_total = sum_k w_k r_k [B, G] float32, NaN entries skipped (TRL ``nansum``). The one definition of
-    the weighted total: the estimators, dynamic sampling and the diagnostics all use it."""
+    the weighted total: the estimators and the diagnostics use it."""
     rewards_BGK = jnp.asarray(rewards_BGK, jnp.float32)
     return jnp.sum(jnp.where(jnp.isnan(rewards_BGK), 0.0, rewards_BGK * jnp.asarray(weights_K, jnp.float32)), axis=-1)
 

@@ -9,8 +9,8 @@ Read one step top to bottom here, then `train.py` (the pure jitted update) and `
 
 `Experience` is the one record a step passes along: the data rows, the `Rollout` (which carries its
 prompts, left-aligned once by the sampler), the reward matrix R[B, G, K], the weighted totals
-sum_k w_k R[..., k] (computed once, by `advantages.weighted_total`, and reused by dynamic sampling and the
-diagnostics) and the decoded completions. Nothing here passes tuples by position.
+sum_k w_k R[..., k] (computed once per round by `advantages.weighted_total` and reused by the diagnostics)
+and the decoded completions. Nothing here passes tuples by position.
 """
 
 from __future__ import annotations
