@@ -137,9 +137,11 @@ def should_pause(alarms: Iterable[Alarm]) -> bool:
     return any(a.rule.action == "pause" for a in alarms)
 
 
-# What to switch on when a pausing rule fires (the rollback command's --set flags); other rules: a placeholder.
+# What to switch on when a pausing rule fires (the rollback command's --set flags); a rule without one gets
+# the placeholder --set KEY=VALUE, which a person replaces (run as it is, it fails naming 'KEY').
 REMEDIES = {
     "entropy_collapse": "--set temperature.mode=adaptive",  # the control that moved entropy in our studies
+    "entropy_median_collapse": "--set temperature.mode=adaptive",
     "group_variance_collapse": "--set dynamic.enabled=true",  # train on the groups that still vary
 }
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -211,3 +212,14 @@ def test_rollback_command_targets_the_checkpoint_before_the_streak():
     cmd = mon.rollback_command("runs/x", alarms, kept_steps=[5, 10, 16, 20])
     assert cmd == ("python -m grpo_jax.train --config runs/x/config.json --out runs/x --rollback-to 10 "
                    "--set temperature.mode=adaptive")
+
+
+def test_rollback_command_remedies():
+    median = _rule("entropy_median_collapse")
+    m = Monitor(MonitorConfig(rules=(dataclasses.replace(median, action="pause"),)))
+    alarms = [a for i, d in enumerate(ENTROPY_SICK) for a in m.observe(i + 1, d)]
+    assert mon.rollback_command("o", alarms, [1]).endswith("--set temperature.mode=adaptive")
+    kl = AlarmRule("kl", "above", 1.0, action="pause", name="kl_blowup")
+    m = Monitor(MonitorConfig(rules=(kl,)))
+    alarms = m.observe(3, {"kl": 2.0})
+    assert mon.rollback_command("o", alarms, [1, 2]).endswith("--rollback-to 2 --set KEY=VALUE")  # a person chooses
