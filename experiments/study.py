@@ -47,19 +47,15 @@ class Arm:
     on_pause: tuple | None = None
 
 
-def study_settings(args, cfg: TrainConfig, default_out: str, *, warm: dict | None = None, smoke_warm: dict | None = None):
+def study_settings(args, cfg: TrainConfig, default_out: str, *, warm: dict, smoke_warm: dict):
     """(out dir, seeds, warm-start settings) shared by the studies: 3 seeds (or --seeds) and the study's
-    warm start, the same for every arm of a seed; one seed and a few steps with --smoke."""
+    warm start (`sft.warm_start` keywords plus n_valid), the same for every arm of a seed; one seed and
+    `smoke_warm` with --smoke."""
     out = args.out if args.out != "runs/grpo" else default_out
     seeds = [cfg.seed] if args.smoke else [cfg.seed, cfg.seed + 1, cfg.seed + 2]
     if args.seeds:
         seeds = [int(s) for s in args.seeds.split(",")]
-    sft = dict(target_accuracy=1.1, max_steps=300, batch_size=128, lr=1e-3, eval_every=300, n_valid=100)
-    sft = dict(warm or sft)
-    if args.smoke:
-        sft = dict(smoke_warm or dict(target_accuracy=1.1, max_steps=4, batch_size=16, lr=1e-3, eval_every=4,
-                                      n_valid=8))
-    return out, seeds, sft
+    return out, seeds, dict(smoke_warm if args.smoke else warm)
 
 
 def _collect_finished(base: TrainConfig, arms, seeds, out: str, summarize) -> dict:

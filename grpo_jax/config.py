@@ -1,10 +1,11 @@
 """Frozen, validated configs for everything a run reads: the GRPO maths (advantage estimation, the policy
 loss), the training controls (entropy coefficient, temperature, reward weights), the alarms, and the run.
 
-Every field is checked in ``__post_init__`` through one helper (``_fail``); an invalid value raises
-``ValueError`` naming the class and field. ``ADVANTAGE_ESTIMATORS`` is the one list of estimator names
-(``grpo_jax.advantages`` builds its registry from it); ``POLICY_LOSSES`` names the keys of the loss registry
-in ``grpo_jax.losses`` (a test keeps the two equal). This module is the ground floor: it imports nothing
+Every field is checked in ``__post_init__`` through shared helpers (``_fail``, ``_check_choice``,
+``is_finite_number``); an invalid value raises ``ValueError`` naming the class and field.
+``ADVANTAGE_ESTIMATORS`` is the one list of estimator names (``grpo_jax.advantages`` builds its registry
+from it); ``POLICY_LOSSES`` names the keys of the loss registry in ``grpo_jax.losses`` (a test keeps the two
+equal). This module is the ground floor: it imports nothing
 from the package, so the code that reads a config never has to be imported to build one.
 """
 
@@ -46,7 +47,7 @@ def _check_choice(cls: str, field: str, value: str, known: tuple[str, ...]) -> N
         _fail(cls, field, f"unknown value {value!r}; known: {', '.join(known)}")
 
 
-def _finite(x) -> bool:
+def is_finite_number(x) -> bool:
     try:
         return math.isfinite(float(x))
     except (TypeError, ValueError):
@@ -163,7 +164,7 @@ class EntropyCoefConfig:
         _check_choice(name, "mode", self.mode, ENTROPY_COEF_MODES)
         _check_choice(name, "adapt", self.adapt, ADAPT_RULES)
         for field in ("coef", "target_entropy", "adapt_rate", "min_coef", "max_coef"):
-            if not _finite(getattr(self, field)) or getattr(self, field) < 0:
+            if not is_finite_number(getattr(self, field)) or getattr(self, field) < 0:
                 _fail(name, field, f"must be a finite number >= 0, got {getattr(self, field)!r}")
         for field in ("warmup_start", "warmup_steps"):
             if not isinstance(getattr(self, field), int) or getattr(self, field) < 0:
@@ -199,7 +200,7 @@ class TemperatureConfig:
         name = type(self).__name__
         _check_choice(name, "mode", self.mode, TEMPERATURE_MODES)
         for field in ("min_temp", "max_temp", "entropy_floor", "hysteresis", "step_up", "step_down"):
-            if not _finite(getattr(self, field)) or getattr(self, field) < 0:
+            if not is_finite_number(getattr(self, field)) or getattr(self, field) < 0:
                 _fail(name, field, f"must be a finite number >= 0, got {getattr(self, field)!r}")
         if not 0 < self.min_temp <= self.max_temp:
             _fail(name, "min_temp", f"need 0 < min_temp <= max_temp, got {self.min_temp}, {self.max_temp}")

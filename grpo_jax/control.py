@@ -23,7 +23,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from grpo_jax.config import EntropyCoefConfig, RewardWeightsConfig, TemperatureConfig, _finite
+from grpo_jax.config import EntropyCoefConfig, RewardWeightsConfig, TemperatureConfig, is_finite_number
 
 
 def _check_keys(owner: str, d: dict, keys: set[str]) -> None:
@@ -58,7 +58,7 @@ class EntropyCoefController:
         cfg = self.cfg
         if cfg.mode != "adaptive":
             return self.value(step + 1)
-        if not _finite(entropy_mean) or entropy_mean == cfg.target_entropy:
+        if not is_finite_number(entropy_mean) or entropy_mean == cfg.target_entropy:
             return self._coef
         up = entropy_mean < cfg.target_entropy
         if cfg.adapt == "multiplicative":
@@ -104,7 +104,7 @@ class TemperatureController:
     def update(self, entropy_mean: float) -> float:
         """Record one rollout's mean entropy; return the temperature for the next rollout."""
         cfg = self.cfg
-        if cfg.mode == "fixed" or not _finite(entropy_mean):
+        if cfg.mode == "fixed" or not is_finite_number(entropy_mean):
             return self._temp
         self._recent.append(float(entropy_mean))
         h = sum(self._recent) / len(self._recent)
@@ -249,8 +249,8 @@ class GroupBuffer:
     """Collects `need` informative groups across rollout rounds (DAPO dynamic sampling, verl filter_groups).
 
     ``add(informative_B)`` once per round until ``done``, with the round's per-group verdict (e.g.
-    ``informative_mask(totals)``, or the advantage estimator's own: ``experience.informative_groups``). Groups are kept in arrival order (round, then index),
-    so the result is deterministic. ``max_rounds`` counts all rounds, the first included (verl's
+    ``informative_mask(totals)``, or the advantage estimator's own: ``experience.informative_groups``).
+    Groups are kept in arrival order (round, then index), so the result is deterministic. ``max_rounds`` counts all rounds, the first included (verl's
     max_num_gen_batches). If the cap is reached short of `need`, the remaining slots are filled with
     zero-variance groups in arrival order ("least bad": they add no gradient but keep shapes static) and
     ``dynamic/filled_frac`` reports the share. Fewer than `need` are kept only if every group seen is used.

@@ -6,7 +6,7 @@ Layout of ``out_dir`` (every JSONL row carries ``"step"``; keys sorted; one row 
     timings.jsonl   wall-clock values, kept apart so they cannot break the above
     samples.jsonl   a few completions per step, one row per sample
     events.jsonl    pause, rollback, weight changes, warnings, resume ... (never truncated)
-    tb/             TensorBoard event files (scalars of metrics and timings)
+    tb/             TensorBoard event files (scalars of metrics and timings, histograms)
     plots/*.png     ``plot_run``;  report.md / report.json: ``write_report``
 
 Floats are written as Python floats; NaN and +-inf as the strings "nan", "inf", "-inf" so every line is
