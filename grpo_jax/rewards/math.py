@@ -8,12 +8,36 @@ the commitments disagree the response scores 0. Falling back to the last number 
 Equivalence is a cascade, cheapest first, so that the common case never touches sympy:
 1. normalised strings equal;
 2. both are plain numbers (ints, decimals, fractions, percents, scientific notation): compared exactly
-   as rationals, with a relative tolerance only when a decimal is involved;
-3. tuples / intervals / sets: element-wise;
-4. symbolic, through latex2sympy2-extended and sympy, behind static size guards and a wall-clock
+   as rationals, except that a written decimal may stand for a value that has no finite decimal
+   expansion (see "Written precision" below);
+3. tuples / intervals / sets: element-wise (a string counts as one only when its outer brackets enclose
+   all of it: `(1,\\infty)\\cup(-\\infty,0)` is a union, not a 3-tuple);
+4. a written decimal against a closed form (`3.1416` vs `\\pi`): the written-precision rule on a
+   high-precision value of the closed form;
+5. symbolic, through latex2sympy2-extended and sympy, behind static size guards and a wall-clock
    timer. The timer is SIGALRM-based and therefore only armed on the main thread (elsewhere the static
    guards alone bound the work; `info["timer"]` says which). A timeout is "not equal" with reason
-   "timeout". Model text is never passed to `eval`/`sympy.parse_expr`.
+   "timeout". Model text is never passed to `eval`/`sympy.parse_expr`. Unions of sets are compared
+   as unordered collections after sympy merges them.
+
+Written precision (version 2; version 1 accepted any decimal within 1e-4 relative, so `8383.6` passed
+for `8383.0999` and `100.51` for `100.5`). A number is taken at face value as written:
+- a value with a finite decimal expansion (an integer, a decimal, 1/2, 3/8, 25%) equals another only
+  exactly: `3.0 == 3`, `100.50 == 100.5`, `1/2 == 0.5`, but `100.51 != 100.5`, `8383.6 != 8383.0999`
+  and also `8383.1 != 8383.0999` (the shorter decimal is a rounding, but the gold states four places and
+  nothing says it is itself rounded; the same holds the other way, `1.41421 != 1.4142`);
+- a value without one (1/3, 22/7, sqrt(2), pi) can only ever be written as a rounding, so a decimal
+  `d` equals it when `d` is that value rounded half away from zero at `d`'s last written place, and `d`
+  carries at least MIN_SIGNIFICANT_DIGITS significant digits: `0.33333 == 1/3`, `3.1416 == pi`, but
+  `0.333 != 1/3` (too coarse to tell 1/3 from 0.333) and `0.66666 != 2/3` (the last written digit is
+  wrong after rounding). The minimum of 5 keeps the strictness of version 1's 1e-4 band, which is
+  about 4-5 significant digits, and rejects `3.14` for pi and `2.718` for e.
+Ties cannot occur (a value without a finite expansion is never exactly halfway), so the rounding mode
+does not matter. math-verify instead rounds both sides at 6 decimal places (`float_rounding=6` in
+math_verify 0.9 `grader.sympy_numeric_eq`), which ignores magnitude: it equates 0.00000001 and
+0.00000002, and accepts no decimal of fewer than 6 places for 1/3. Decimals inside expressions (`0.5x`,
+`1.5\\pi`) are also read as the exact rationals they spell.
+`rel_tol` (default None) is an opt-in extra: a decimal within that relative distance also counts.
 """
 
 from __future__ import annotations
@@ -23,7 +47,7 @@ import re
 import signal
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from fractions import Fraction
 from typing import Any, NamedTuple
@@ -31,12 +55,15 @@ from typing import Any, NamedTuple
 from grpo_jax.rewards.base import RewardInputError, RewardResult, as_str_list, require, reward
 from grpo_jax.rewards.format import split_response
 
-MATH_VERSION = "1"
+MATH_VERSION = "2"  # 2: written-precision rule, `**`/`^` exponents read whole, unions
 
 MAX_SYMBOLIC_CHARS = 300  # longer expressions are judged by string/number rules only
 MAX_NUMBER_DIGITS = 400  # longer digit runs are compared as canonical digit strings
 MAX_EXPONENT = 1000  # |exponent| above this is never handed to sympy (10^{10^{10}} would hang in C)
 MAX_DISTINCT_ANSWERS = 16  # more distinct commitments than this is hedging, not spelling variants
+MAX_POWER_TEXT = 1000  # longer answers: `**` becomes `^` without reading Python's exponent grammar
+MAX_POWER_NESTING = 20  # deeper `**` towers / parenthesised exponents fall back to a bare `^`
+MIN_SIGNIFICANT_DIGITS = 5  # a decimal must carry this many to stand for 1/3, sqrt(2), pi (see above)
 
 # ------------------------------------------------------------------------------------ extraction
 
@@ -95,9 +122,23 @@ def boxed_contents(text: str) -> list[str | None]:
     return out
 
 
+# `**` between an operand and an exponent, spaced alike on both sides, is Python's power operator
+# (`x**31`, `2**-3`, `(a+b)**(n+1)`, `x ** 2`); any other `**` is Markdown bold (`**42**`, `**42** because`,
+# whose markers have a space on one side only) and is dropped.
+_STARS_RE = re.compile(r"\*\*")
+_EXPONENT_START = r"(?:[\w(\\{]|[-+.]\d)"
+_POWER_STARS_RE = re.compile(rf"(?<=[\w)\]}}])\*\*(?={_EXPONENT_START})|(?<=[\w)\]}}] )\*\*(?= {_EXPONENT_START})")
+
+
+def strip_markdown_bold(text: str) -> str:
+    """Drop Markdown `**bold**` markers but keep Python-style powers: '**x**31' -> 'x**31'."""
+    powers = {m.start() for m in _POWER_STARS_RE.finditer(text)}
+    return _STARS_RE.sub(lambda m: m.group(0) if m.start() in powers else "", text)
+
+
 def cut_answer_tail(tail: str) -> str | None:
     """The committed answer at the start of the text after "the answer is", or None if it is prose."""
-    tail = tail.replace("**", "").strip()
+    tail = strip_markdown_bold(tail).strip()
     if not tail or not _COMMITTED_START_RE.match(tail):
         return None
     for opener, closer in (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]")):
@@ -189,9 +230,79 @@ def _fix_frac_sqrt(s: str) -> str:
     return s
 
 
+_POWER_ATOM_RE = re.compile(r"\s*([-+]?)\s*(\d+(?:\.\d+)?|[A-Za-z]+|\\[A-Za-z]+)?")
+
+
+def _paren_group_end(s: str, start: int) -> int | None:
+    """Index just after the `)` that closes the `(` at `s[start]`, or None if it never closes."""
+    depth = 0
+    for i in range(start, len(s)):
+        depth += {"(": 1, ")": -1}.get(s[i], 0)
+        if depth == 0:
+            return i + 1
+    return None
+
+
+def _power_operand(s: str, start: int, depth: int) -> tuple[str, int] | None:
+    """The exponent of a Python `**` whose operand starts at `s[start]` (in LaTeX), and the index after it.
+
+    Python's grammar (`power: primary '**' u_expr`) takes a signed primary: a number, a name, a call
+    `name(...)` or a parenthesised group, whose outer parentheses are dropped: '(n+1)' -> 'n+1'; and
+    `**` groups to the right: '2**3**2' is 2**(3**2). None when nothing sensible follows (then `**`
+    becomes a bare `^`, read as LaTeX reads it), also past MAX_POWER_NESTING levels of nesting.
+    """
+    if depth > MAX_POWER_NESTING:
+        return None
+    m = _POWER_ATOM_RE.match(s, start)
+    sign, atom, end = m.group(1), m.group(2), m.end()
+    if atom is None:
+        if end >= len(s) or s[end] != "(":
+            return None
+        close = _paren_group_end(s, end)
+        if close is None:
+            return None
+        atom, end = _powers_to_latex(s[end + 1 : close - 1], depth + 1), close
+    elif atom[0].isalpha() and end < len(s) and s[end] == "(":  # a call: sqrt(2), sin(x)
+        close = _paren_group_end(s, end)
+        if close is None:
+            return None
+        atom, end = atom + _powers_to_latex(s[end:close], depth + 1), close
+    tower = re.match(r"\s*\*\*", s[end:])
+    if tower:
+        inner = _power_operand(s, end + tower.end(), depth + 1)
+        if inner is not None:
+            atom, end = atom + "^{" + inner[0] + "}", inner[1]
+    return sign + atom, end
+
+
+def python_powers_to_latex(s: str) -> str:
+    """Python powers in LaTeX with the whole exponent braced: 'x**31' -> 'x^{31}' (not x^3 times 1).
+
+    Texts longer than MAX_POWER_TEXT (never judged symbolically) get a plain `**` -> `^`, which bounds
+    the work (finding closing parentheses is linear per `**`); `normalize_answer` still reads a digit
+    run after `^` whole, so `x**31` stays x^{31} there too."""
+    if len(s) > MAX_POWER_TEXT:
+        return s.replace("**", "^")
+    return _powers_to_latex(s, 0)
+
+
+def _powers_to_latex(s: str, depth: int) -> str:
+    out, i = [], 0
+    while (j := s.find("**", i)) >= 0:
+        operand = _power_operand(s, j + 2, depth)
+        if operand is None:
+            out.append(s[i:j] + "^")
+            i = j + 2
+        else:
+            out.append(s[i:j] + "^{" + operand[0] + "}")
+            i = operand[1]
+    return "".join(out) + s[i:]
+
+
 def _plain_to_latex(s: str) -> str:
     """Plain-text math (sqrt(2), pi, **, unicode) in LaTeX spelling, so one parser handles both."""
-    for a, b in (("\u2212", "-"), ("\u00d7", "\\times "), ("\u00b7", "\\cdot "), ("\u03c0", "\\pi "), ("**", "^")):
+    s = python_powers_to_latex(s)
+    for a, b in (("\u2212", "-"), ("\u00d7", "\\times "), ("\u00b7", "\\cdot "), ("\u03c0", "\\pi ")):
         s = s.replace(a, b)
     s = s.replace("\u221a", "\\sqrt")
     s = re.sub(r"(?<![A-Za-z\\])sqrt\s*\(([^()]*)\)", r"\\sqrt{\1}", s)
@@ -226,7 +337,8 @@ def _normalize(answer: str) -> Normalized:
     s = _TEXT_CMD_RE.sub(r"\1", s)
     s = _fix_frac_sqrt(s)
     s = re.sub(r"^[A-Za-z]\s*(?:=|:)\s*(?=[^=]*$)", "", s)  # 'x = 5' -> '5'
-    s = re.sub(r"([_^])\s*([A-Za-z0-9])", r"\1{\2}", s)  # '\log_2 8' must not become '\log_28'
+    s = re.sub(r"\^\s*(-?\d+(?:\.\d+)?|-?[A-Za-z])", r"^{\1}", s)  # 'x^31' is x^{31}, as math-verify reads it
+    s = re.sub(r"_\s*([A-Za-z0-9])", r"_{\1}", s)  # '\log_2 8' must not become '\log_28'
     s = re.sub(r"(\\[A-Za-z]+)\s+(?=[A-Za-z])", "\\1\x00", s)  # keep '\pi r' from becoming '\pir'
     s = re.sub(r"\s+", "", s).replace("\x00", " ")
     if _THOUSANDS_RE.fullmatch(s):
@@ -253,10 +365,26 @@ _NUM_PATTERNS = (
 
 
 class Number(NamedTuple):
-    """An exactly parsed number; `inexact` when a decimal point/exponent makes tolerance appropriate."""
+    """An exactly parsed number and the precision it was written with.
+
+    `places`: decimal places written (`1.50` -> 2, `1.5e3` -> -2), None for integers and fractions,
+    which are exact; `significant`: significant digits written (`0.0330` -> 3), 0 when `places` is None.
+    """
 
     value: Fraction
-    inexact: bool
+    places: int | None = None
+    significant: int = 0
+
+
+def _written_decimal(mantissa: str, exponent: int = 0) -> Number:
+    """Number for a decimal string times 10**exponent, with the precision its digits state."""
+    value = Fraction(mantissa) * Fraction(10) ** exponent
+    if "." not in mantissa and exponent == 0:
+        return Number(value)
+    digits = mantissa.lstrip("+-")
+    whole, _, fraction = digits.partition(".")
+    significant = len((whole + fraction).lstrip("0"))
+    return Number(value, len(fraction) - exponent, significant)
 
 
 def parse_number(s: str) -> Number | None:
@@ -268,17 +396,17 @@ def parse_number(s: str) -> Number | None:
         if not m:
             continue
         if kind in ("int", "dec"):
-            return Number(Fraction(s), "." in s)
+            return _written_decimal(s)
         if kind == "sci":
             exponent = int(m.group(2))
             if abs(exponent) > MAX_EXPONENT:
                 return None
-            return Number(Fraction(m.group(1)) * Fraction(10) ** exponent, True)
+            return _written_decimal(m.group(1), exponent)
         sign, num, den = ("", m.group(1), m.group(2)) if kind == "slash" else m.groups()
         if Fraction(den) == 0:
             return None
         value = Fraction(num) / Fraction(den)
-        return Number(-value if sign else value, "." in num + den)
+        return Number(-value if sign else value)  # a quotient is exact, whatever its parts are written as
     return None
 
 
@@ -290,19 +418,59 @@ def _canonical_int(s: str) -> str | None:
     return ("-" if m.group(1) == "-" and m.group(2) != "0" else "") + m.group(2)
 
 
-def _numbers_close(a: Number, b: Number, rel_tol: float) -> bool:
-    """Exact rational equality, or relative tolerance when either side was written as a decimal."""
+def has_finite_decimal_expansion(x: Fraction) -> bool:
+    """True for 1/2, 3/40, 7; False for 1/3, 22/7: the reduced denominator has no prime but 2 and 5."""
+    d = x.denominator
+    for p in (2, 5):
+        while d % p == 0:
+            d //= p
+    return d == 1
+
+
+def round_to_places(x: Fraction, places: int) -> Fraction:
+    """`x` rounded half away from zero at 10**-places (places may be negative: hundreds are -2)."""
+    scale = Fraction(10) ** places
+    magnitude = (abs(x) * scale + Fraction(1, 2)).__floor__()
+    return (magnitude if x >= 0 else -magnitude) / scale
+
+
+def decimal_states(d: Number, x: Fraction) -> bool:
+    """Does the written decimal `d` state `x`, a value with no finite decimal expansion, to its precision?
+
+    Yes when `d` is `x` rounded at `d`'s last written place and `d` has at least MIN_SIGNIFICANT_DIGITS
+    significant digits (see "Written precision" in the module docstring).
+    """
+    return (
+        d.places is not None
+        and d.significant >= MIN_SIGNIFICANT_DIGITS
+        and round_to_places(x, d.places) == d.value
+    )
+
+
+def _within_rel_tol(x: Fraction, y: Fraction, rel_tol: float | None) -> bool:
+    """The opt-in relative band (`rel_tol`), off when None."""
+    return rel_tol is not None and abs(x - y) <= Fraction(rel_tol) * max(abs(x), abs(y))
+
+
+def numbers_equal(a: Number, b: Number, rel_tol: float | None = None) -> bool:
+    """Equality by written precision (module docstring): exact, or a decimal rounding of a non-terminating value.
+
+    With `rel_tol`, a pair where either side is a written decimal also counts within that relative band.
+    """
     if a.value == b.value:
         return True
-    if not (a.inexact or b.inexact):
-        return False
-    scale = max(abs(a.value), abs(b.value))
-    return abs(a.value - b.value) <= Fraction(rel_tol) * scale
+    for d, x in ((a, b), (b, a)):
+        if not has_finite_decimal_expansion(x.value) and decimal_states(d, x.value):
+            return True
+    return (a.places is not None or b.places is not None) and _within_rel_tol(a.value, b.value, rel_tol)
 
 
 def _percent_variants(n: Number, percent: bool) -> list[Number]:
     """50% may mean 50 or 0.5; the reference decides, so both readings are tried."""
-    return [n, Number(n.value / 100, n.inexact)] if percent else [n]
+    if not percent:
+        return [n]
+    places = None if n.places is None else n.places + 2
+    return [n, Number(n.value / 100, places, n.significant)]
 
 
 # ------------------------------------------------------------------------------------ structure
@@ -325,11 +493,28 @@ def _split_top_level(s: str) -> list[str]:
     return parts
 
 
+def _closes_at_end(s: str, start: int) -> bool:
+    """Does the bracket opened at `s[start]` close at the last character (enclosing all the rest)?
+
+    '(1,2]' -> True; '(1,\\infty)\\cup(-\\infty,0)' -> False: its first `)` closes the opening `(`,
+    so it is a union of two intervals, not one bracketed sequence. Any closer counts (intervals mix them).
+    """
+    depth = 0
+    for i in range(start, len(s)):
+        if s[i] in "([{":
+            depth += 1
+        elif s[i] in ")]}":
+            depth -= 1
+            if depth == 0:
+                return i == len(s) - 1
+    return False
+
+
 def _sequence_form(s: str) -> tuple[str, list[str]] | None:
     """('()', items) for tuples/intervals, ('{}', items) for sets, ('', items) for bare lists."""
-    if len(s) >= 2 and s[0] in "([" and s[-1] in ")]":
+    if len(s) >= 2 and s[0] in "([" and s[-1] in ")]" and _closes_at_end(s, 0):
         brackets, inner = s[0] + s[-1], s[1:-1]
-    elif s.startswith("\\{") and s.endswith("\\}"):
+    elif s.startswith("\\{") and s.endswith("\\}") and _closes_at_end(s, 1):
         brackets, inner = "{}", s[2:-2]
     else:
         brackets, inner = "", s
@@ -403,47 +588,131 @@ def _sympy_modules() -> tuple[Any, Any]:
     return sympy, latex2sympy
 
 
-def _sympy_equal(ea: Any, eb: Any, rel_tol: float, depth: int = 0) -> bool:
+def _fraction(r: Any) -> Fraction:
+    """A sympy Rational as a Fraction."""
+    return Fraction(int(r.p), int(r.q))
+
+
+_FLOAT_TEXT_RE = re.compile(r"([-+]?\d+(?:\.\d*)?)(?:e([-+]?\d+))?")
+
+
+def float_as_written(f: Any) -> Number | None:
+    """The decimal a sympy Float was parsed from: its digits at its own precision, trailing zeros cut.
+
+    latex2sympy makes `3.1416` a Float of at least 15 significant digits, whose text gives the written
+    digits back ('3.14160000000000' -> 3.1416, 4 places); written trailing zeros are lost here, so
+    nested decimals (interval endpoints) count `3.50` as `3.5`. None for inf/nan.
+    """
+    m = _FLOAT_TEXT_RE.fullmatch(str(f))
+    if m is None:
+        return None
+    mantissa = m.group(1).rstrip("0") if "." in m.group(1) else m.group(1)
+    return _written_decimal(mantissa.rstrip("."), int(m.group(2) or 0))
+
+
+def _exact_floats(e: Any) -> Any:
+    """`e` with every Float replaced by the exact rational it spells (0.1 -> 1/10), so `0.5x == x/2`."""
+    sympy, _ = _sympy_modules()
+    if not isinstance(e, sympy.Basic):
+        return e
+    table = {}
+    for f in e.atoms(sympy.Float):
+        written = float_as_written(f)
+        if written is not None:
+            table[f] = sympy.Rational(written.value.numerator, written.value.denominator)
+    return e.xreplace(table) if table else e
+
+
+def _approximate(x: Any, digits: int) -> Fraction | None:
+    """A real, finite constant expression to `digits` significant digits, as a Fraction; else None."""
+    sympy, _ = _sympy_modules()
+    value = sympy.N(x, digits)
+    if not (value.is_Number and value.is_real and value.is_finite):
+        return None
+    return _fraction(sympy.Rational(value))
+
+
+def decimal_equals_expr(d: Number, x: Any, rel_tol: float | None = None) -> bool:
+    """Written decimal `d` against a sympy constant `x` (`\\pi`, `\\sqrt{2}`, `\\log_2 8`), by written precision.
+
+    Exact if `x` simplifies to `d`'s value; otherwise `d` must be `x` rounded at `d`'s precision (with at
+    least MIN_SIGNIFICANT_DIGITS), judged on a value of `x` 25 digits finer than `d` is written.
+    """
+    sympy, _ = _sympy_modules()
+    x = _exact_floats(x)
+    if not isinstance(x, sympy.Expr) or x.free_symbols:
+        return False
+    if x.is_Rational:
+        return numbers_equal(d, Number(_fraction(x)), rel_tol)
+    if sympy.simplify(x - sympy.Rational(d.value.numerator, d.value.denominator)) == 0:
+        return True
+    approx = _approximate(x, max(30, d.significant + 25))
+    if approx is None:
+        return False
+    return decimal_states(d, approx) or _within_rel_tol(approx, d.value, rel_tol)
+
+
+def _merge_union(e: Any) -> Any:
+    """A Union re-evaluated: overlapping parts merged and the parts in sympy's canonical order."""
+    sympy, _ = _sympy_modules()
+    return sympy.Union(*e.args) if isinstance(e, sympy.Union) else e
+
+
+def _unordered_equal(xs: list[Any], ys: list[Any], rel_tol: float | None, depth: int) -> bool:
+    """Every element of each side equals some element of the other (sets, the parts of a union)."""
+    return all(any(_sympy_equal(x, y, rel_tol, depth + 1) for y in ys) for x in xs) and all(
+        any(_sympy_equal(x, y, rel_tol, depth + 1) for x in xs) for y in ys
+    )
+
+
+def _sympy_equal(ea: Any, eb: Any, rel_tol: float | None, depth: int = 0) -> bool:
     """Equality of two sympy objects: numbers by value, expressions by simplify, sets/tuples by parts."""
     sympy, _ = _sympy_modules()
+    ea, eb = _merge_union(ea), _merge_union(eb)
     if ea == eb:
         return True
     if depth > 3:
         return False
+    if isinstance(ea, sympy.Union) and isinstance(eb, sympy.Union):  # a union is unordered
+        return len(ea.args) == len(eb.args) and _unordered_equal(list(ea.args), list(eb.args), rel_tol, depth)
     if isinstance(ea, sympy.Interval) and isinstance(eb, sympy.Interval):
         return (ea.left_open, ea.right_open) == (eb.left_open, eb.right_open) and all(
             _sympy_equal(x, y, rel_tol, depth + 1) for x, y in ((ea.start, eb.start), (ea.end, eb.end))
         )
     if isinstance(ea, (sympy.FiniteSet, sympy.Tuple)) and isinstance(eb, (sympy.FiniteSet, sympy.Tuple)):
         xs, ys = list(ea.args), list(eb.args)
-        if len(xs) != len(ys) or type(ea) is not type(eb):
-            return False
+        if len(xs) != len(ys) or isinstance(ea, sympy.Tuple) != isinstance(eb, sympy.Tuple):
+            return False  # (latex2sympy has its own FiniteSet subclass, so kinds are compared, not types)
         if isinstance(ea, sympy.Tuple):
             return all(_sympy_equal(x, y, rel_tol, depth + 1) for x, y in zip(xs, ys, strict=True))
-        return all(any(_sympy_equal(x, y, rel_tol, depth + 1) for y in ys) for x in xs) and all(
-            any(_sympy_equal(x, y, rel_tol, depth + 1) for x in xs) for y in ys
-        )
+        return _unordered_equal(xs, ys, rel_tol, depth)
     if isinstance(ea, sympy.Equality) and isinstance(eb, sympy.Equality):
-        da, db = ea.lhs - ea.rhs, eb.lhs - eb.rhs
+        da, db = _exact_floats(ea.lhs - ea.rhs), _exact_floats(eb.lhs - eb.rhs)
         return sympy.simplify(da - db) == 0 or sympy.simplify(da + db) == 0
     if isinstance(ea, sympy.Expr) and isinstance(eb, sympy.Expr):
         return _expr_equal(ea, eb, rel_tol)
     return False
 
 
-def _expr_equal(ea: Any, eb: Any, rel_tol: float) -> bool:
+def _expr_equal(ea: Any, eb: Any, rel_tol: float | None) -> bool:
+    """Two expressions: a lone decimal by written precision, constants by value, the rest by simplify."""
     sympy, _ = _sympy_modules()
-    if not ea.free_symbols and not eb.free_symbols:
-        va, vb = sympy.N(ea, 30), sympy.N(eb, 30)
-        if not (va.is_number and vb.is_number) or va.has(sympy.zoo, sympy.nan) or vb.has(sympy.zoo, sympy.nan):
-            return False
-        if va.is_infinite or vb.is_infinite:
-            return bool(va == vb)
-        diff = abs(complex(va) - complex(vb))
-        inexact = ea.has(sympy.Float) or eb.has(sympy.Float)
-        tol = rel_tol if inexact else 1e-12
-        return diff <= tol * max(abs(complex(va)), abs(complex(vb)), 1e-300)
-    return sympy.simplify(ea - eb) == 0
+    if ea.free_symbols or eb.free_symbols:
+        return sympy.simplify(_exact_floats(ea) - _exact_floats(eb)) == 0
+    for d, x in ((ea, eb), (eb, ea)):
+        written = float_as_written(d) if isinstance(d, sympy.Float) else None
+        if written is not None and not isinstance(x, sympy.Float):
+            return decimal_equals_expr(written, x, rel_tol)
+    xa, xb = _exact_floats(ea), _exact_floats(eb)
+    va, vb = sympy.N(xa, 30), sympy.N(xb, 30)
+    if not (va.is_number and vb.is_number) or va.has(sympy.zoo, sympy.nan) or vb.has(sympy.zoo, sympy.nan):
+        return False
+    if va.is_infinite or vb.is_infinite:
+        return bool(va == vb)
+    scale = max(abs(complex(va)), abs(complex(vb)), 1e-300)
+    diff = abs(complex(va) - complex(vb))
+    inexact = ea.has(sympy.Float) or eb.has(sympy.Float)
+    return diff <= 1e-12 * scale or (inexact and rel_tol is not None and diff <= rel_tol * scale)
 
 
 def _to_sympy(s: str) -> Any:
@@ -451,20 +720,36 @@ def _to_sympy(s: str) -> Any:
     return latex2sympy(s)
 
 
-def symbolic_equal(a: str, b: str, *, rel_tol: float = 1e-4, timeout_s: float = 2.0) -> tuple[bool, str]:
-    """(equal, reason) for two normalised strings via sympy, behind guards and the timer."""
-    for s in (a, b):
+def _guarded_sympy(
+    texts: tuple[str, ...], compare: Callable[[], bool], method: str, timeout_s: float
+) -> tuple[bool, str]:
+    """Run a sympy comparison behind the static guards and the timer: (equal, method-or-reason)."""
+    for s in texts:
         guard = _too_complex(s)
         if guard:
             return False, guard
     _sympy_modules()  # start-up cost outside the time limit
     try:
         with _time_limit(timeout_s):
-            return _sympy_equal(_to_sympy(a), _to_sympy(b), rel_tol), "symbolic"
+            return compare(), method
     except _Timeout:
         return False, "timeout"
     except Exception:  # noqa: BLE001 - unparseable LaTeX is a wrong answer, not a crash
         return False, "unparseable"
+
+
+def symbolic_equal(a: str, b: str, *, rel_tol: float | None = None, timeout_s: float = 2.0) -> tuple[bool, str]:
+    """(equal, reason) for two normalised strings via sympy, behind guards and the timer."""
+    return _guarded_sympy((a, b), lambda: _sympy_equal(_to_sympy(a), _to_sympy(b), rel_tol), "symbolic", timeout_s)
+
+
+def decimal_equals_closed_form(
+    decimals: list[Number], other: str, *, rel_tol: float | None = None, timeout_s: float = 2.0
+) -> tuple[bool, str]:
+    """(equal, reason): does a written decimal (any of its percent readings) state the closed form `other`?"""
+    return _guarded_sympy(
+        (other,), lambda: any(decimal_equals_expr(d, _to_sympy(other), rel_tol) for d in decimals), "decimal", timeout_s
+    )
 
 
 # ------------------------------------------------------------------------------------ equivalence
@@ -474,7 +759,9 @@ def _words_only(s: str) -> bool:
     return bool(re.fullmatch(r"[A-Za-z][A-Za-z ]*", s))
 
 
-def answers_equal(pred: str, ref: str, *, rel_tol: float = 1e-4, timeout_s: float = 2.0) -> tuple[bool, str]:
+def answers_equal(
+    pred: str, ref: str, *, rel_tol: float | None = None, timeout_s: float = 2.0
+) -> tuple[bool, str]:
     """(equal, method-or-reason): are two final answers (raw strings) mathematically the same?
 
     Results for short answers are memoised (a group of G rollouts often repeats answers, and sympy
@@ -488,7 +775,7 @@ def answers_equal(pred: str, ref: str, *, rel_tol: float = 1e-4, timeout_s: floa
 _CACHEABLE_CHARS = 1000
 
 
-def _answers_equal(pred: str, ref: str, rel_tol: float, timeout_s: float) -> tuple[bool, str]:
+def _answers_equal(pred: str, ref: str, rel_tol: float | None, timeout_s: float) -> tuple[bool, str]:
     a, b = normalize_answer(pred), normalize_answer(ref)
     if not a.text or not b.text:
         return False, "empty"
@@ -500,7 +787,7 @@ def _answers_equal(pred: str, ref: str, rel_tol: float, timeout_s: float) -> tup
     na, nb = parse_number(a.text), parse_number(b.text)
     if na is not None and nb is not None:
         close = any(
-            _numbers_close(x, y, rel_tol)
+            numbers_equal(x, y, rel_tol)
             for x in _percent_variants(na, a.percent)
             for y in _percent_variants(nb, b.percent)
         )
@@ -508,6 +795,10 @@ def _answers_equal(pred: str, ref: str, rel_tol: float, timeout_s: float) -> tup
     sa, sb = _sequence_form(a.text), _sequence_form(b.text)
     if sa is not None and sb is not None:
         return _sequences_equal(sa, sb, rel_tol, timeout_s)
+    for number, side, other in ((na, a, b.text), (nb, b, a.text)):
+        if number is not None and number.places is not None:  # a written decimal against a closed form
+            variants = _percent_variants(number, side.percent)
+            return decimal_equals_closed_form(variants, other, rel_tol=rel_tol, timeout_s=timeout_s)
     return symbolic_equal(a.text, b.text, rel_tol=rel_tol, timeout_s=timeout_s)
 
 
@@ -515,7 +806,7 @@ _answers_equal_cached = functools.lru_cache(maxsize=65536)(_answers_equal)
 
 
 def _sequences_equal(
-    sa: tuple[str, list[str]], sb: tuple[str, list[str]], rel_tol: float, timeout_s: float
+    sa: tuple[str, list[str]], sb: tuple[str, list[str]], rel_tol: float | None, timeout_s: float
 ) -> tuple[bool, str]:
     """Tuples/intervals in order with matching brackets; sets and bare lists in any order."""
     (ba, xs), (bb, ys) = sa, sb
@@ -550,7 +841,7 @@ def reference_answers(value: Any, field_name: str) -> list[str]:
     return refs
 
 
-def _agree(candidates: list[str], rel_tol: float, timeout_s: float) -> bool:
+def _agree(candidates: list[str], rel_tol: float | None, timeout_s: float) -> bool:
     return all(answers_equal(c, candidates[0], rel_tol=rel_tol, timeout_s=timeout_s)[0] for c in candidates[1:])
 
 
@@ -561,12 +852,15 @@ def math_reward(
     *,
     answer_key: str = "answer",
     fallback_last_number: bool = False,
-    rel_tol: float = 1e-4,
+    rel_tol: float | None = None,
     timeout_s: float = 2.0,
     think_tag: str = "think",
     answer_tag: str = "answer",
 ) -> RewardResult:
-    """1 if the single committed final answer equals a reference `sample[answer_key]`, else 0."""
+    """1 if the single committed final answer equals a reference `sample[answer_key]`, else 0.
+
+    Numbers are equal by the precision they are written with (module docstring); `rel_tol`, off by
+    default, additionally accepts a decimal within that relative distance (version 1 used 1e-4 always)."""
     refs = reference_answers(require(sample, answer_key), answer_key)
     segment = split_response(response, think_tag=think_tag, answer_tag=answer_tag).answer
     found = extract_answers(segment, fallback_last_number=fallback_last_number)

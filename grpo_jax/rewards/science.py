@@ -22,7 +22,7 @@ from grpo_jax.rewards.base import RewardInputError, RewardResult, require, rewar
 from grpo_jax.rewards.format import split_response
 from grpo_jax.rewards.math import boxed_contents, cut_answer_tail
 
-SCIENCE_VERSION = "1"
+SCIENCE_VERSION = "2"  # 2: "Answer: 6.02*10**23" keeps its power (math.cut_answer_tail dropped every `**` as bold)
 
 _LETTERS = "ABCDEFGHIJ"
 _COMMIT_RE = re.compile(  # bounded look-ahead: linear even on thousands of "Answer:" lines

@@ -30,7 +30,7 @@ T = "<think>work</think>"
         ("\\boxed{\\frac{\\sqrt2}{2}}", "\\frac{1}{\\sqrt{2}}"),
         ("\\boxed{\\pi/2}", "\\frac{\\pi}{2}"),
         ("\\boxed{x = 5}", "5"),
-        ("\\boxed{0.33333}", "1/3"),  # |0.33333 - 1/3| / (1/3) = 1e-5 <= rel_tol 1e-4
+        ("\\boxed{0.33333}", "1/3"),  # 1/3 rounded at its 5th place, 5 significant digits
         ("Final answer: 7.", "7"),
     ],
 )
@@ -44,8 +44,8 @@ def test_correct_answers_score_one(answer_text, reference):
     [
         ("\\boxed{41}", "42", "wrong_answer"),
         ("\\boxed{10001}", "10000", "wrong_answer"),  # integers compare exactly
-        ("\\boxed{0.333}", "1/3", "wrong_answer"),  # 1e-3 relative error > 1e-4
-        ("\\boxed{3.14}", "\\pi", "wrong_answer"),  # 5e-4 relative error
+        ("\\boxed{0.333}", "1/3", "wrong_answer"),  # 3 significant digits < MIN_SIGNIFICANT_DIGITS
+        ("\\boxed{3.14}", "\\pi", "wrong_answer"),  # likewise
         ("\\boxed{(2,1)}", "(1,2)", "wrong_answer"),
         ("\\boxed{(1,2]}", "(1,2)", "wrong_answer"),
         ("The result is 42.", "42", "no_answer"),  # strict: no committed answer
@@ -161,8 +161,10 @@ def test_normalize_answer(raw, text, percent):
 def test_parse_number_exact():
     from fractions import Fraction
 
-    assert m.parse_number("\\frac{-1}{2}") == m.Number(Fraction(-1, 2), False)
-    assert m.parse_number("1.5\\times10^{3}") == m.Number(Fraction(1500), True)
+    assert m.parse_number("\\frac{-1}{2}") == m.Number(Fraction(-1, 2), None, 0)  # exact: no written precision
+    assert m.parse_number("1.5\\times10^{3}") == m.Number(Fraction(1500), -2, 2)  # written to the hundreds
+    assert m.parse_number("-0.0330") == m.Number(Fraction(-33, 1000), 4, 3)
+    assert m.parse_number("42") == m.Number(Fraction(42), None, 0)
     assert m.parse_number("3/0") is None
     assert m.parse_number("1e99999") is None  # exponent beyond MAX_EXPONENT
 

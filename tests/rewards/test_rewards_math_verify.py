@@ -82,6 +82,14 @@ EQUAL = [
     ("\\frac{1}{4}", "0.25"),
     ("125\\%", "1.25"),
     ("e^{i\\pi}", "-1"),
+    # issue 18: written precision, exponents read whole, unions unordered
+    ("(1, \\infty) \\cup (-\\infty, 0)", "(-\\infty, 0) \\cup (1, \\infty)"),
+    ("\\{1,2\\}\\cup\\{3\\}", "\\{1,2,3\\}"),
+    ("100.50", "100.5"),
+    ("x^31", "x^{31}"),
+    ("x**31", "x^{31}"),
+    ("3.141593", "\\pi"),
+    ("0.66667", "\\frac{2}{3}"),
 ]
 # (prediction, reference): mathematically different
 UNEQUAL = [
@@ -127,10 +135,28 @@ UNEQUAL = [
     ("x=5", "x=6"),
     ("\\frac{1}{2}x", "2x"),
     ("5!", "100"),
+    # issue 18: a decimal is exact as written; a rounding must be right in its last digit
+    ("8383.6", "8383.0999"),
+    ("232308.112", "232307.612289"),
+    ("100.51", "100.5"),
+    ("8383.1", "8383.0999"),
+    ("0.66666", "\\frac{2}{3}"),
+    ("3.1415", "\\pi"),
+    ("x**31", "x**3"),
+    ("x^31", "x^3"),
+    ("-3920*x**3 + 12348*x**21", "-3920*x**3 + 12348*x**2"),
 ]
 
 # Pairs where we and math-verify differ, with the reason. Empty means full agreement.
-KNOWN_DISAGREEMENTS: dict[tuple[str, str], str] = {}
+KNOWN_DISAGREEMENTS: dict[tuple[str, str], str] = {
+    ("x**31", "x^{31}"): "math-verify does not read Python's ** in LaTeX; we do (math.python_powers_to_latex)",
+    ("-3920*x**3 + 12348*x**21", "-3920*x**3 + 12348*x**2"): (
+        "math-verify cannot parse ** in LaTeX and falls back to the first number, 12348, on both sides"
+    ),
+    ("0.66667", "\\frac{2}{3}"): (
+        "math-verify rounds both sides at 6 decimal places; we accept a rounding with 5 significant digits"
+    ),
+}
 
 # Pairs where both checkers miss the right verdict, with the reason.
 KNOWN_BOTH_WRONG = {
