@@ -1,9 +1,13 @@
 """Code reward: extract the program from the answer and run it against the sample's tests, sandboxed.
 
 Two test formats, the two that the common datasets use:
-- `sample["tests"]`: test code run after the program (a string, or a list of strings each run as
-  its own case). With `sample["entry_point"]`, `check(<entry_point>)` is called afterwards, as in
-  HumanEval; MBPP-style lists of `assert` lines work without it.
+- `sample["tests"]`: test code (a string, or a list of strings each run as its own case) that calls
+  the program's functions. With `sample["entry_point"]`, `check(<entry_point>)` is called afterwards,
+  as in HumanEval; MBPP-style lists of `assert` lines work without it. The tests run in a separate,
+  clean sandboxed process that sees the program's functions as stubs: each call is answered by the
+  program's process with a plain-data value (None, bool, numbers, str, bytes, and lists, tuples,
+  sets, frozensets, dicts of them; anything else fails the case), so no object of the program's,
+  and nothing it patched, takes part in the comparisons (see `sandbox.py`, docs/sandbox.md).
 - `sample["io"]`: a list of `{"input": str, "output": str}` cases; the program reads stdin, and its
   stdout is compared line by line (trailing whitespace and trailing blank lines ignored) in *this*
   process, so nothing the program prints can fake a pass.
@@ -22,7 +26,7 @@ from grpo_jax.rewards.base import MissingFieldError, RewardInputError, RewardRes
 from grpo_jax.rewards.format import split_response
 from grpo_jax.rewards.sandbox import Isolation, Limits, SandboxResult, run_program
 
-CODE_VERSION = "1"
+CODE_VERSION = "2"  # 2: the tests run in their own process against plain-data results (issue 18)
 
 _FENCE_RE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
 _PYTHON_LANGS = {"python", "py", "python3", "py3"}
@@ -88,7 +92,7 @@ def outputs_match(actual: str, expected: str) -> bool:
 
 def _case_record(result: SandboxResult, passed: bool, kind: str) -> dict[str, Any]:
     """Per-case info. A clean exit that is not a pass means wrong output (io) or that the program
-    stopped before the tests finished (tests: exit(0), SystemExit, os._exit before the marker)."""
+    stopped before the tests finished (tests: exit(0), SystemExit or os._exit in the program)."""
     failed_clean = "wrong_answer" if kind == "io" else "incomplete"
     status = "pass" if passed else (failed_clean if result.status == "ok" else result.status)
     record: dict[str, Any] = {"status": status, "wall_s": round(result.wall_s, 4)}
@@ -105,7 +109,7 @@ def _limits(**limits: float) -> Limits:
 
 
 def _run_case(program: str, kind: str, case: Any, entry: str | None, limits: Limits) -> dict[str, Any]:
-    """One sandboxed run: a test program (pass = the harness's marker) or an stdin/stdout case."""
+    """One sandboxed run: tests (pass = the tests' process completed them) or an stdin/stdout case."""
     if kind == "tests":
         result = run_program(program, tests=case, entry_point=entry, limits=limits, isolation=Isolation())
         return _case_record(result, result.passed, kind)

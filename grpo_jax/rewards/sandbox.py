@@ -18,13 +18,23 @@ Model-written code never runs in the calling (trainer) process. Each run is a fr
   * `landlock`: writes only inside the temp dir, reads only the stdlib and system libraries (so not
     the dataset with the reference answers), no TCP bind/connect, and (ABI >= 6) no signals to
     processes outside the sandbox;
-  * `seccomp`: `socket()` and `io_uring_setup()` fail with EACCES, the fallback "block sockets" layer.
+  * `seccomp`: `socket()` and `io_uring_setup()` fail with EACCES (the fallback "block sockets" layer);
+    the calls that change a file's mode, owner, times, extended attributes or inode flags (chmod,
+    chown, utime families, *xattr, FS_IOC_SETFLAGS) and those that reach another process's memory
+    (ptrace, process_vm_readv/writev) fail with EPERM. Landlock has no right for the former, so
+    without the uid drop they would reach the caller's own files.
 
-A test-mode pass is decided here, not by the program: the harness writes a per-run random nonce to a
-pipe only after the solution, the tests and `check(entry_point)` returned normally. Residual risk,
-stated plainly: solution and tests share one interpreter, so code that deliberately introspects the
-harness (frames, gc) or returns objects with a rigged `__eq__` can still fool assert-based tests;
-stdin/stdout tests are compared by the parent and are immune to both.
+Test mode runs two sandboxed processes joined by two pipes: the solution's, which runs the program and
+then answers calls to its functions with plain data (None, bool, int, float, complex, str, bytes,
+and lists, tuples, sets, frozensets and dicts of them; anything else fails the call), and the tests',
+a fresh interpreter that never loads the solution and runs the tests against local stubs of its
+functions. The pass is decided there: it writes a per-run random nonce, which only it is given, to a
+pipe only it holds, after the tests and `check(entry_point)` returned normally and no call failed. So
+what the solution does inside its own interpreter (patched builtins, import hooks, frame walking, gc,
+trace hooks, objects with rigged comparisons) cannot reach anything the verdict depends on. What
+remains possible is described in docs/sandbox.md (a wrong answer the tests do not catch; helpers the
+tests take from the solution, as in some HumanEval tasks; weaker process separation when no uid is
+dropped and Landlock is absent).
 """
 
 from __future__ import annotations
@@ -51,6 +61,7 @@ from typing import TypeVar
 
 _RUNNER_SOURCE = (Path(__file__).with_name("_sandbox_runner.py")).read_text()
 _SETUP_FAILED = 121  # exit codes of _sandbox_runner.py
+_PEER_GONE = 122
 _CPU_LIMIT_EXIT = 152
 _LAYERS = ("net_namespace", "pid_namespace", "drop_uid", "landlock", "seccomp")
 _SYSTEM_READ_PATHS = ("/usr", "/lib", "/lib32", "/lib64", "/bin", "/etc/ld.so.cache")
@@ -99,7 +110,7 @@ class SandboxResult:
     stdout: str
     stderr: str
     wall_s: float
-    passed: bool = False  # tests mode: nonce seen and clean exit; stdin/stdout mode: clean exit
+    passed: bool = False  # tests mode: the tests' process wrote the nonce and exited cleanly; else clean exit
     layers: tuple[str, ...] = field(default_factory=tuple)
 
 
@@ -229,32 +240,57 @@ def _remove_tree(path: str) -> None:
     shutil.rmtree(path, onerror=fix_and_retry)
 
 
-def _read_streams(proc: subprocess.Popen, deadline: float, limits: Limits) -> tuple[bytes, bytes, str | None]:
-    """Read stdout/stderr until EOF, the deadline, or a cap; returns (out, err, reason-to-kill)."""
-    caps = {proc.stdout: limits.max_output_bytes, proc.stderr: limits.max_stderr_bytes}
-    data: dict = {proc.stdout: bytearray(), proc.stderr: bytearray()}
-    sel = selectors.DefaultSelector()
-    for stream in caps:
-        os.set_blocking(stream.fileno(), False)
-        sel.register(stream, selectors.EVENT_READ)
-    try:
-        while sel.get_map():
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return bytes(data[proc.stdout]), bytes(data[proc.stderr]), "timeout"
-            for key, _ in sel.select(timeout=min(remaining, 0.5)):
-                chunk = os.read(key.fileobj.fileno(), 1 << 16)
-                if not chunk:
-                    sel.unregister(key.fileobj)
-                    continue
-                buf = data[key.fileobj]
-                buf += chunk[: caps[key.fileobj] - len(buf) + 1]
-                if len(buf) > caps[key.fileobj]:
-                    del buf[caps[key.fileobj] :]
-                    return bytes(data[proc.stdout]), bytes(data[proc.stderr]), "output_limit"
-    finally:
-        sel.close()
-    return bytes(data[proc.stdout]), bytes(data[proc.stderr]), None
+class _Output:
+    """The stdout/stderr pipes of a run's processes and what was read from them, up to the caps."""
+
+    def __init__(self, procs: list[subprocess.Popen], limits: Limits) -> None:
+        self.procs = procs
+        self.caps = {}
+        for proc in procs:
+            self.caps[proc.stdout], self.caps[proc.stderr] = limits.max_output_bytes, limits.max_stderr_bytes
+        self.data = {stream: bytearray() for stream in self.caps}
+        self.open = set(self.caps)
+        for stream in self.caps:
+            os.set_blocking(stream.fileno(), False)
+
+    def read(self, until: set, deadline: float, stop_at_cap: bool) -> str | None:
+        """Read every open pipe until those in `until` reach EOF (EOF: no process holds them any more).
+        Returns "timeout" at the deadline, or "output_limit" when a pipe passes its cap and
+        `stop_at_cap`; past a cap otherwise, what follows is read and dropped."""
+        sel = selectors.DefaultSelector()
+        for stream in self.open:
+            sel.register(stream, selectors.EVENT_READ)
+        try:
+            while self.open & until:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return "timeout"
+                for key, _ in sel.select(timeout=min(remaining, 0.5)):
+                    if self._read_chunk(key.fileobj) and stop_at_cap:
+                        return "output_limit"
+                    if key.fileobj not in self.open:
+                        sel.unregister(key.fileobj)
+        finally:
+            sel.close()
+        return None
+
+    def _read_chunk(self, stream: object) -> bool:
+        """One read from `stream` (marking EOF); True when it went past the cap."""
+        chunk = os.read(stream.fileno(), 1 << 16)  # type: ignore[attr-defined]
+        if not chunk:
+            self.open.discard(stream)
+            return False
+        buf, cap = self.data[stream], self.caps[stream]
+        buf += chunk[: max(0, cap - len(buf) + 1)]
+        if len(buf) > cap:
+            del buf[cap:]
+            return True
+        return False
+
+    def texts(self) -> tuple[list[str], list[str]]:
+        """(stdouts, stderrs), one per process, decoded."""
+        text = {stream: bytes(buf).decode("utf-8", "replace") for stream, buf in self.data.items()}
+        return [text[p.stdout] for p in self.procs], [text[p.stderr] for p in self.procs]
 
 
 def _wait_until(proc: subprocess.Popen, deadline: float) -> bool:
@@ -269,6 +305,14 @@ def _wait_until(proc: subprocess.Popen, deadline: float) -> bool:
             return True
         time.sleep(0.002)
     return False
+
+
+def _has_exited(proc: subprocess.Popen) -> bool:
+    """Whether the process has ended (without reaping it)."""
+    try:
+        return os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:
+        return True
 
 
 def _status(returncode: int | None, kill_reason: str | None, stderr: str) -> str:
@@ -287,23 +331,25 @@ def _status(returncode: int | None, kill_reason: str | None, stderr: str) -> str
     return "ok"
 
 
-def _job(
-    program: str,
-    tests: str | None,
-    entry_point: str | None,
-    limits: Limits,
-    layers: dict,
-    caps: dict,
-    uid: int | None,
-    nonce: bytes,
-) -> bytes:
-    """The harness's instructions, marshalled (the runner imports marshal faster than json)."""
+@dataclass(frozen=True)
+class _Child:
+    """A started harness process, its fresh working directory and its uid (None: the uid is kept)."""
+
+    proc: subprocess.Popen
+    workdir: str
+    uid: int | None
+
+
+def _job(role: str, payload: dict, limits: Limits, layers: dict, caps: dict, uid: int | None) -> bytes:
+    """The harness's instructions, marshalled (the runner imports marshal faster than json). `payload`
+    holds what this role may see: the program (script, serve) or the tests and the nonce (tests)."""
     return marshal.dumps(
         {
-            "program": program,
-            "tests": tests,
-            "entry_point": entry_point,
-            "nonce": nonce,
+            "role": role,
+            "program": payload.get("program"),
+            "tests": payload.get("tests"),
+            "entry_point": payload.get("entry_point"),
+            "nonce": payload.get("nonce"),
             "uid": uid,
             "layers": layers,
             "landlock_abi": caps.get("landlock_abi", 0),
@@ -320,9 +366,12 @@ def _job(
     )
 
 
-def _spawn(workdir: str, job: bytes, stdin: str, marker_w: int, layers: dict, caps: dict) -> subprocess.Popen:
-    """Start the harness. The job (with the nonce) and stdin go through unlinked temporary files: no
-    path to find them by, no pipe to block on, and the harness closes the job fd before any user code."""
+def _spawn(
+    workdir: str, job: bytes, stdin: str, fds: tuple[int, int, int], layers: dict, caps: dict
+) -> subprocess.Popen:
+    """Start the harness with `fds` = (marker, channel in, channel out), -1 where the role has none.
+    The job and stdin go through unlinked temporary files: no path to find them by, no pipe to block
+    on, and the harness closes the job fd before any user code."""
     ns = layers["net_namespace"] or layers["pid_namespace"]
     user = bool(caps["user_namespace"])
     prefix = _unshare_prefix(layers["net_namespace"], layers["pid_namespace"], user, str(caps["unshare"])) if ns else []
@@ -333,16 +382,51 @@ def _spawn(workdir: str, job: bytes, stdin: str, marker_w: int, layers: dict, ca
         stdin_file.seek(0)
         job_fd = job_file.fileno()
         return subprocess.Popen(
-            prefix + _interpreter_args() + [str(job_fd), str(marker_w)],
+            prefix + _interpreter_args() + [str(job_fd)] + [str(fd) for fd in fds],
             stdin=stdin_file,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             cwd=workdir,
             env=_ENV,
             start_new_session=True,
-            pass_fds=(job_fd, marker_w),
+            pass_fds=(job_fd, *[fd for fd in fds if fd >= 0]),
             close_fds=True,
         )
+
+
+def _start(
+    role: str, payload: dict, fds: tuple[int, int, int], stdin: str, limits: Limits, layers: dict, caps: dict
+) -> _Child:
+    """One harness process in a fresh temp dir, under a fresh uid when the uid is dropped."""
+    workdir = tempfile.mkdtemp(prefix="grpo_sbx_")
+    uid = 1_000_000 + secrets.randbelow(1_000_000_000) if layers["drop_uid"] else None
+    try:
+        if uid is not None:
+            os.chown(workdir, uid, uid)
+        proc = _spawn(workdir, _job(role, payload, limits, layers, caps, uid), stdin, fds, layers, caps)
+    except BaseException:
+        _remove_tree(workdir)
+        raise
+    return _Child(proc, workdir, uid)
+
+
+def _supervise(
+    children: list[_Child], deadline: float, limits: Limits, layers: dict
+) -> tuple[list[str], list[str], list[int], list[bool], str | None]:
+    """Run until the first child (the one whose outcome decides) is done, the deadline or a cap, then
+    kill every process tree and read what they had written. Returns (stdouts, stderrs, returncodes,
+    exited-before-the-kill, reason)."""
+    procs = [c.proc for c in children]
+    output = _Output(procs, limits)
+    kill_reason = output.read({procs[0].stdout, procs[0].stderr}, deadline, stop_at_cap=True)
+    if kill_reason is None and not _wait_until(procs[0], deadline):
+        kill_reason = "timeout"
+    exited = [_has_exited(p) for p in procs]
+    for child in children:
+        _kill_tree(child.proc, child.uid, layers)
+    output.read(set(output.caps), time.monotonic() + 2.0, stop_at_cap=False)  # the rest, e.g. a dead peer's error
+    outs, errs = output.texts()
+    return outs, errs, [p.wait() for p in procs], exited, kill_reason
 
 
 def _read_marker(marker_r: int) -> bytes:
@@ -356,53 +440,105 @@ def _read_marker(marker_r: int) -> bytes:
 def _run_once(
     program: str, tests: str | None, entry_point: str | None, stdin: str, limits: Limits, layers: dict, caps: dict
 ) -> SandboxResult:
+    """One sandboxed run: the program alone (no tests), or the program against the tests."""
+    if tests is None:
+        return _run_script(program, stdin, limits, layers, caps)
+    return _run_tests(program, tests, entry_point, limits, layers, caps)
+
+
+def _run_script(program: str, stdin: str, limits: Limits, layers: dict, caps: dict) -> SandboxResult:
+    """The program as `__main__` reading `stdin`; `passed` = a clean exit (the caller compares stdout)."""
     t0 = time.monotonic()
-    deadline = t0 + limits.wall_s
-    workdir = tempfile.mkdtemp(prefix="grpo_sbx_")
-    uid = 1_000_000 + secrets.randbelow(1_000_000_000) if layers["drop_uid"] else None
-    nonce = secrets.token_bytes(16)
-    marker_r, marker_w = os.pipe()
-    proc = None
+    children: list[_Child] = []
     try:
-        if uid is not None:
-            os.chown(workdir, uid, uid)
-        job = _job(program, tests, entry_point, limits, layers, caps, uid, nonce)
-        proc = _spawn(workdir, job, stdin, marker_w, layers, caps)
-        os.close(marker_w)
-        marker_w = -1
-        out, err, kill_reason = _read_streams(proc, deadline, limits)
-        if kill_reason is None and not _wait_until(proc, deadline):
-            kill_reason = "timeout"
-        _kill_tree(proc, uid, layers)
-        returncode = proc.wait()
-        stderr = err.decode("utf-8", "replace")
-        status = _status(returncode, kill_reason, stderr)
-        passed = status == "ok" and (tests is None or _read_marker(marker_r) == nonce)
+        children.append(_start("script", {"program": program}, (-1, -1, -1), stdin, limits, layers, caps))
+        outs, errs, returncodes, _, kill_reason = _supervise(children, t0 + limits.wall_s, limits, layers)
+        status = _status(returncodes[0], kill_reason, errs[0])
         return SandboxResult(
             status,
-            returncode,
-            out.decode("utf-8", "replace"),
-            stderr[-4000:],
+            returncodes[0],
+            outs[0],
+            errs[0][-4000:],
             time.monotonic() - t0,
-            passed,
+            status == "ok",
             tuple(k for k in _LAYERS if layers[k]),
         )
     finally:
-        _cleanup(proc, (marker_r, marker_w), workdir)
+        _cleanup(children, ())
 
 
-def _cleanup(proc: subprocess.Popen | None, fds: tuple[int, ...], workdir: str) -> None:
-    if proc is not None:
-        if proc.returncode is None:  # an exception on the way: never leave the tree running
-            _kill_group(proc)
-            proc.wait()
-        for stream in (proc.stdout, proc.stderr):
+def _run_tests(
+    program: str, tests: str, entry_point: str | None, limits: Limits, layers: dict, caps: dict
+) -> SandboxResult:
+    """The program against the tests, in two sandboxed processes joined by two pipes: the solution's
+    (`serve`: runs the program, answers calls with plain data) and the tests' (`tests`: a clean
+    interpreter that runs the tests against stubs and alone holds the nonce and the marker pipe)."""
+    t0 = time.monotonic()
+    nonce = secrets.token_bytes(16)
+    marker_r, marker_w = os.pipe()
+    requests_r, requests_w = os.pipe()
+    replies_r, replies_w = os.pipe()
+    handed_over = [marker_w, requests_r, requests_w, replies_r, replies_w]  # the children's ends
+    children: list[_Child] = []
+    try:
+        payload = {"tests": tests, "entry_point": entry_point, "nonce": nonce}
+        children.append(_start("tests", payload, (marker_w, replies_r, requests_w), "", limits, layers, caps))
+        children.append(_start("serve", {"program": program}, (-1, requests_r, replies_w), "", limits, layers, caps))
+        _close_fds(handed_over)  # now only the children hold them: EOF reaches one side when the other ends
+        outs, errs, returncodes, exited, kill_reason = _supervise(children, t0 + limits.wall_s, limits, layers)
+        tests_err, solution_err = errs
+        status, by_solution = _tests_status(
+            kill_reason,
+            returncodes[0],
+            _status(returncodes[0], None, tests_err),
+            _status(returncodes[1], None, solution_err) if exited[1] else None,
+        )
+        return SandboxResult(
+            status,
+            returncodes[1] if by_solution else returncodes[0],
+            outs[1] + outs[0],
+            (solution_err + tests_err)[-4000:],
+            time.monotonic() - t0,
+            status == "ok" and _read_marker(marker_r) == nonce,
+            tuple(k for k in _LAYERS if layers[k]),
+        )
+    finally:
+        _close_fds(handed_over)
+        _cleanup(children, (marker_r,))
+
+
+def _tests_status(
+    kill_reason: str | None, tests_returncode: int, tests_status: str, solution_status: str | None
+) -> tuple[str, bool]:
+    """(status of a tests-mode run, whether it describes the solution's process). When the tests'
+    process stopped because the solution's ended, the solution's own status says why (memory, cpu
+    limit, a crash, or "ok": a clean exit before the tests finished, which is not a pass)."""
+    if kill_reason:
+        return kill_reason, False
+    if tests_returncode == _PEER_GONE:
+        return (solution_status, True) if solution_status is not None else ("error", False)
+    return tests_status, False
+
+
+def _close_fds(fds: list[int]) -> None:
+    """Close and forget every fd in the list (safe to call twice)."""
+    while fds:
+        with contextlib.suppress(OSError):
+            os.close(fds.pop())
+
+
+def _cleanup(children: list[_Child], fds: tuple[int, ...]) -> None:
+    for child in children:
+        if child.proc.returncode is None:  # an exception on the way: never leave the tree running
+            _kill_group(child.proc)
+            child.proc.wait()
+        for stream in (child.proc.stdout, child.proc.stderr):
             if stream is not None:
                 stream.close()
+        _remove_tree(child.workdir)
     for fd in fds:
         if fd >= 0:
             os.close(fd)
-    _remove_tree(workdir)
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
@@ -411,8 +547,8 @@ def _kill_group(proc: subprocess.Popen) -> None:
 
 
 def _kill_tree(proc: subprocess.Popen, uid: int | None, layers: dict) -> None:
-    """Kill everything the run started, including processes that left the group with setsid, and
-    return only once they are gone (their copies of the output pipes are closed)."""
+    """Kill everything the run started, including processes that left the group with setsid (the
+    caller then reads the output pipes to EOF: EOF means no process of the run holds them any more)."""
     _kill_group(proc)
     if uid is not None and not layers["pid_namespace"]:
         # Without a PID namespace, the run's own uid reaches every process it started: kill(-1) as that
@@ -422,21 +558,6 @@ def _kill_tree(proc: subprocess.Popen, uid: int | None, layers: dict) -> None:
                 ["/bin/sh", "-c", "kill -9 -1"],
                 user=uid, group=uid, extra_groups=[], env=_ENV, timeout=10, capture_output=True,
             )  # fmt: skip
-    _drain(proc, time.monotonic() + 2.0)
-
-
-def _drain(proc: subprocess.Popen, deadline: float) -> None:
-    """Read the output pipes to EOF: EOF means no process of the run holds them any more."""
-    open_streams = [s for s in (proc.stdout, proc.stderr) if s is not None and not s.closed]
-    while open_streams and time.monotonic() < deadline:
-        for stream in list(open_streams):
-            try:
-                if not os.read(stream.fileno(), 1 << 16):
-                    open_streams.remove(stream)
-            except BlockingIOError:
-                pass
-        if open_streams:
-            time.sleep(0.005)
 
 
 def run_program(
@@ -448,8 +569,9 @@ def run_program(
     limits: Limits = Limits(),
     isolation: Isolation = Isolation(),
 ) -> SandboxResult:
-    """Run `program` confined. With `tests`, the test code (and `check(entry_point)`) runs after it
-    and `passed` means all of it completed; without, `passed` means a clean exit (compare stdout)."""
+    """Run `program` confined. With `tests`, the test code (and `check(entry_point)`) runs in a second
+    sandboxed process against the program's functions, and `passed` means all of it completed with
+    plain-data results; without, `passed` means a clean exit (compare stdout)."""
     if entry_point is not None and not entry_point.isidentifier():
         raise ValueError(f"entry_point must be a Python identifier, got {entry_point!r}")
     if tests is None and entry_point is not None:

@@ -1,5 +1,6 @@
 """Sandbox mechanics: limits, environment, temp dir, per-layer network isolation, the bounded pool."""
 
+import contextlib
 import os
 import socket
 import time
@@ -133,3 +134,109 @@ def test_setup_failure_fails_closed():
     r = sb._run_once("print('RAN')", None, None, "", Limits(), layers, caps)
     assert r.status == "setup_failed" and "RAN" not in r.stdout and not r.passed
     assert sb._failed_layer(r.stderr) == "seccomp"
+
+
+# --------------------------------------------------------------------------- file metadata (seccomp)
+
+METADATA_ATTEMPTS = """\
+import array, ctypes, errno, fcntl, os
+path = {path!r}
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+
+def attempt(name, action):
+    try:
+        action()
+        print(name, 'ok')
+    except OSError as e:
+        print(name, errno.errorcode.get(e.errno, e.errno))
+
+def raw(nr, *args):
+    if libc.syscall(ctypes.c_long(nr), *[ctypes.c_long(a) if isinstance(a, int) else a for a in args]) < 0:
+        code = ctypes.get_errno()
+        raise OSError(code, os.strerror(code))
+
+def set_nodump():
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        flags = array.array('l', [0])
+        fcntl.ioctl(fd, 0x80086601, flags)  # FS_IOC_GETFLAGS is allowed
+        flags[0] |= 0x40  # FS_NODUMP_FL
+        fcntl.ioctl(fd, 0x40086602, flags)  # FS_IOC_SETFLAGS is not
+    finally:
+        os.close(fd)
+
+def fchmod():
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fchmod(fd, 0o777)
+    finally:
+        os.close(fd)
+
+attempt('chmod', lambda: os.chmod(path, 0o777))
+attempt('utime', lambda: os.utime(path, (0, 0)))
+attempt('chown', lambda: os.chown(path, 4242, 4242))
+attempt('lchown', lambda: os.lchown(path, 4242, 4242))
+attempt('setxattr', lambda: os.setxattr(path, 'user.grpo', b'1'))
+attempt('removexattr', lambda: os.removexattr(path, 'user.keep'))
+if {only_path_calls!r} is False:
+    attempt('fchmod', fchmod)
+    attempt('ioctl_setflags', set_nodump)
+    if {x86_64!r}:
+        attempt('fchmodat2', lambda: raw(452, -100, path.encode(), 0o777, 0))
+        attempt('process_vm_readv', lambda: raw(310, os.getpid(), 0, 0, 0, 0, 0))
+        attempt('ptrace_seize', lambda: raw(101, 0x4206, 999999999, 0, 0))
+"""
+
+
+def _metadata(path) -> tuple:
+    st = os.stat(path)
+    return st.st_mode, st.st_mtime_ns, st.st_uid, st.st_gid, sorted(os.listxattr(path))
+
+
+def _metadata_attempts(tmp_path, isolation: Isolation, only_path_calls: bool) -> tuple[dict, tuple, tuple]:
+    """Run the attempts on a fresh file of the test's user; (name -> outcome, metadata before, after)."""
+    import platform
+
+    target = tmp_path / "victim.txt"
+    target.write_text("data")
+    os.chmod(target, 0o640)
+    os.utime(target, (1_000_000_000, 1_000_000_000))
+    with contextlib.suppress(OSError):  # a file system without user xattrs: the attempts are still denied
+        os.setxattr(target, "user.keep", b"1")
+    before = _metadata(target)
+    program = METADATA_ATTEMPTS.format(
+        path=str(target), only_path_calls=only_path_calls, x86_64=platform.machine() == "x86_64"
+    )
+    r = run_program(program, isolation=isolation)
+    assert r.status == "ok", r.stderr
+    outcomes = dict(line.split() for line in r.stdout.splitlines())
+    return outcomes, before, _metadata(target)
+
+
+def test_seccomp_denies_metadata_changes_without_the_uid_drop(tmp_path):
+    """With the uid kept (the case of any non-root trainer), only seccomp stands between sandboxed code
+    and the mode, owner, times, xattrs and inode flags of the caller's files."""
+    if not capabilities()["seccomp"]:
+        pytest.skip("seccomp is not available on this machine")
+    only = Isolation(net_namespace=False, pid_namespace=False, drop_uid=False, landlock=False, seccomp=True)
+    outcomes, before, after = _metadata_attempts(tmp_path, only, only_path_calls=False)
+    assert after == before
+    assert outcomes and set(outcomes.values()) == {"EPERM"}, outcomes
+
+
+def test_seccomp_denies_metadata_changes_with_every_other_layer_on(tmp_path):
+    """Landlock has no right covering chmod/utime/chown/xattrs: with the uid kept, seccomp is the guard."""
+    if not capabilities()["seccomp"]:
+        pytest.skip("seccomp is not available on this machine")
+    outcomes, before, after = _metadata_attempts(tmp_path, Isolation(drop_uid=False), only_path_calls=True)
+    assert after == before
+    assert set(outcomes.values()) == {"EPERM"}, outcomes
+
+
+def test_control_without_seccomp_metadata_changes_go_through(tmp_path):
+    """The two tests above could fail: with the uid kept and seccomp off, chmod and utime do work."""
+    off = Isolation(net_namespace=False, pid_namespace=False, drop_uid=False, landlock=False, seccomp=False)
+    outcomes, before, after = _metadata_attempts(tmp_path, off, only_path_calls=True)
+    assert outcomes["chmod"] == "ok" and outcomes["utime"] == "ok"
+    assert after[:2] != before[:2]

@@ -201,13 +201,21 @@ def test_early_exit_is_not_a_pass(body):
         "abs = lambda x: 0\n" + WRONG,
         "import builtins\nbuiltins.abs = lambda x: 0\n" + WRONG,
         "import sys, types\nsys.modules['math'] = types.SimpleNamespace(isclose=lambda *a, **k: True)\n" + WRONG,
-        "import sys\nsys.settrace(lambda *a: None)\ndef square(x):\n    return x * x\n",
+        "import sys\ndef _rig(frame, event, arg):\n    frame.f_globals['abs'] = lambda v: 0\n"
+        "sys.settrace(_rig)\n" + WRONG,
     ],
     ids=["redefine-check", "redefine-assert", "shadow-abs", "patch-builtins", "swap-module", "settrace"],
 )
 def test_redefining_the_test_machinery(body):
     score, _, _ = attack(body)
     assert score == 0.0
+
+
+def test_a_trace_hook_is_harmless_to_a_right_answer():
+    """Trace hooks act in the solution's process only (the tests run in another), so they are not
+    rejected: a right answer that installs one scores 1."""
+    score, info, _ = attack("import sys\nsys.settrace(lambda *a: None)\ndef square(x):\n    return x * x\n")
+    assert score == 1.0, info
 
 
 def test_swapping_a_module_the_tests_import():
