@@ -102,12 +102,48 @@ def summarize(rows: list[dict]) -> dict:
             **fit}
 
 
+CONTROLS_NEEDED = 2  # controls that must hold entropy and accuracy on every seed
+HELD = 0.3  # a control holds entropy when it ends at >= HELD x its start
+COLLAPSED = 0.1  # `none` has collapsed when it ends under COLLAPSED x its start
+
+
+def verdict(results: dict, measure: str = "entropy_p50") -> dict:
+    """The study's acceptance, judged from its figures on `measure` (entropy_p50: median; entropy: mean).
+
+    - collapse: `none` ends under COLLAPSED x its first value on every seed;
+    - controls: the arms (not `none`, not `pause_rollback`) that end at >= HELD x their start on every seed
+      with accuracy_final no lower than `none`'s on that seed; the study needs CONTROLS_NEEDED of them;
+    - pause_rollback: every seed paused, rolled back, and ended with the measure back at >= COLLAPSED x its
+      start (the alarm's own threshold no longer holds).
+    Seeds missing from `none` make the per-seed comparisons fail rather than pass."""
+    ratio = lambda r: r[f"{measure}_final"] / r[f"{measure}_first"]  # noqa: E731
+    none = {r["seed"]: r for r in results.get("none", [])}
+    out = {"measure": measure, "none_ratio": {s: ratio(r) for s, r in none.items()}}
+    out["collapse"] = bool(none) and all(v < COLLAPSED for v in out["none_ratio"].values())
+    holding = {}
+    for arm, runs in results.items():
+        if arm in ("none", "pause_rollback") or not runs:
+            continue
+        ok = [r["seed"] in none and ratio(r) >= HELD and r["accuracy_final"] >= none[r["seed"]]["accuracy_final"]
+              for r in runs]
+        if all(ok) and {r["seed"] for r in runs} >= set(none):
+            holding[arm] = [round(ratio(r), 3) for r in runs]
+    out["controls"] = holding
+    pauses = results.get("pause_rollback", [])
+    out["pause_rollback"] = bool(pauses) and all(
+        r.get("paused_at") is not None and r.get("rolled_back_to") is not None and ratio(r) >= COLLAPSED
+        for r in pauses)
+    out["holds"] = out["collapse"] and len(holding) >= CONTROLS_NEEDED and out["pause_rollback"]
+    return out
+
+
 def main(argv=None) -> dict:
     args, cfg = parse_args(argv, description=__doc__, get_config=get_config)
     out, seeds, sft = study_settings(args, cfg, "runs/entropy_collapse", warm=SFT, smoke_warm=SFT_SMOKE)
     arms = {k: v for k, v in ARMS.items() if not args.arms or k in args.arms.split(",")}
     study = run_study(cfg, arms, seeds=seeds, out=out, sft=sft, quiet=args.quiet, summarize=summarize,
                       summarize_only=args.summarize_only)
+    study["verdict"] = verdict(study["results"])
     study["settings"] = {"lr": LR, "beta_higher_kl": BETA, "steps": cfg.steps, "rewards": REWARDS}
     plots = [plot_curves(out, arms, "entropy/mean", "mean token entropy (nats)", "entropy"),
              plot_curves(out, arms, "entropy/p50", "median token entropy (nats)", "entropy_median"),
@@ -118,6 +154,12 @@ def main(argv=None) -> dict:
              "entropy over the run, R = -a exp(H) + b.")
     columns = ["accuracy_start", "accuracy_final", "entropy_first", "entropy_final", "entropy_p50_first",
                "entropy_p50_final", "fit_a", "fit_b", "fit_r2"]
+    v = study["verdict"]
+    notes += (f"\n\nAcceptance on the median entropy: `none` under {COLLAPSED}x on every seed: {v['collapse']} "
+              f"({', '.join(f'seed {s}: {x:.3f}x' for s, x in v['none_ratio'].items())}); controls at >= {HELD}x on "
+              f"every seed with accuracy no lower than `none`: {sorted(v['controls']) or 'none'} (needed "
+              f"{CONTROLS_NEEDED}); pause_rollback paused, rolled back and recovered on every seed: "
+              f"{v['pause_rollback']}. Holds: {v['holds']}.")
     write_study(out, study, title="Entropy collapse and its controls", columns=columns, plots=plots, notes=notes)
     print(open(os.path.join(out, "results.md")).read())
     return study

@@ -25,6 +25,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import numpy as np  # noqa: E402
 from arithmetic import SFT, SFT_SMOKE  # noqa: E402
 from arithmetic import get_config as arithmetic_config  # noqa: E402
 from study import Arm, last_mean, plot_curves, run_study, study_settings, write_study  # noqa: E402
@@ -83,12 +84,44 @@ def summarize(rows: list[dict]) -> dict:
     return out
 
 
+FORMAT_CEILING = 0.9  # the baseline's easy dimension must end at least this high
+
+
+def verdict(results: dict) -> dict:
+    """The study's acceptance from its figures: `grpo` ends with format >= FORMAT_CEILING on every seed, and a
+    fix arm beats it on accuracy_final on every seed, by a mean margin above twice the pooled within-arm std
+    (sqrt of the mean of the two arms' seed variances, ddof 1), with a mean gain over its start at least twice
+    `grpo`'s. Returns the figures per fix arm and which arms hold."""
+    grpo = {r["seed"]: r for r in results.get("grpo", [])}
+    out = {"format_at_ceiling": bool(grpo) and all(r["format_rate_final"] >= FORMAT_CEILING for r in grpo.values()),
+           "arms": {}}
+    gain = lambda runs: float(np.mean([r["accuracy_final"] - r["accuracy_start"] for r in runs]))  # noqa: E731
+    for arm, runs in results.items():
+        if arm == "grpo" or not runs or not grpo:
+            continue
+        paired = [(r, grpo[r["seed"]]) for r in runs if r["seed"] in grpo]
+        diffs = [r["accuracy_final"] - g["accuracy_final"] for r, g in paired]
+        variances = [np.var([r["accuracy_final"] for r in rs], ddof=1) if len(rs) > 1 else float("nan")
+                     for rs in (runs, list(grpo.values()))]
+        pooled = float(np.sqrt(np.mean(variances)))
+        figures = {"wins_every_seed": len(paired) == len(grpo) and all(d > 0 for d in diffs),
+                   "mean_margin": float(np.mean(diffs)) if diffs else float("nan"), "pooled_std": pooled,
+                   "gain": gain(runs), "grpo_gain": gain(list(grpo.values()))}
+        figures["holds"] = bool(out["format_at_ceiling"] and figures["wins_every_seed"]
+                                and figures["mean_margin"] > 2 * pooled
+                                and figures["gain"] >= 2 * figures["grpo_gain"] and figures["gain"] > 0)
+        out["arms"][arm] = figures
+    out["holds"] = any(f["holds"] for f in out["arms"].values())
+    return out
+
+
 def main(argv=None) -> dict:
     args, cfg = parse_args(argv, description=__doc__, get_config=get_config)
     out, seeds, sft = study_settings(args, cfg, "runs/reward_collapse", warm=SFT, smoke_warm=SFT_SMOKE)
     arms = {k: v for k, v in (SMOKE_ARMS if args.smoke else ARMS).items() if not args.arms or k in args.arms.split(",")}
     study = run_study(cfg, arms, seeds=seeds, out=out, sft=sft, quiet=args.quiet, summarize=summarize,
                       summarize_only=args.summarize_only)
+    study["verdict"] = verdict(study["results"])
     study["settings"] = {"correct_weight": CORRECT_WEIGHT, "easy_weight": EASY_WEIGHT,
                          "low_easy_weight": LOW_EASY_WEIGHT, "steps": cfg.steps}
     plots = [plot_curves(out, arms, "eval/accuracy", "held-out accuracy", "accuracy"),
@@ -102,6 +135,12 @@ def main(argv=None) -> dict:
              f"{EASY_WEIGHT}).")
     columns = ["accuracy_start", "accuracy_final", "accuracy_best", "format_rate_final", "collapse_ratio",
                "distinct_adv_per_group"] + [f"adv_corr_within_{d}" for d in DIMS]
+    v = study["verdict"]
+    notes += (f"\n\nAcceptance: `grpo` format >= {FORMAT_CEILING} on every seed: {v['format_at_ceiling']}; per fix arm "
+              "(wins on every seed / mean margin vs 2 x pooled std / gain vs 2 x grpo's gain): "
+              + "; ".join(f"{a}: {f['wins_every_seed']}, {f['mean_margin']:+.3f} vs {2 * f['pooled_std']:.3f}, "
+                          f"{f['gain']:+.3f} vs {2 * f['grpo_gain']:+.3f}" for a, f in v["arms"].items())
+              + f". Holds: {v['holds']}.")
     write_study(out, study, title="Reward collapse: sum-then-normalise and its fixes", columns=columns, plots=plots,
                 notes=notes)
     print(open(os.path.join(out, "results.md")).read())
