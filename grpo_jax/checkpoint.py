@@ -29,6 +29,7 @@ import json
 import math
 import os
 import shutil
+import sys
 import time
 import warnings
 from collections.abc import Sequence
@@ -145,6 +146,38 @@ def _target_problems(abstract, saved: dict[str, dict]) -> list[str]:
         if k in saved and (saved[k]["shape"], saved[k]["dtype"]) != (shape, dtype):
             problems.append(f"{k}: checkpoint has {saved[k]['dtype']}{saved[k]['shape']}, target {dtype}{shape}")
     return problems
+
+
+def _is_abandoned_read(unraisable) -> bool:
+    """An orbax restore that fails on one array closes its asyncio loop while tensorstore still has reads of
+    the other arrays in flight; each read that finishes later tries `loop.call_soon_threadsafe` on the
+    closed loop and Python prints a `RuntimeError: Event loop is closed` traceback (dozens per bad step)."""
+    if not isinstance(unraisable.exc_value, RuntimeError) or str(unraisable.exc_value) != "Event loop is closed":
+        return False
+    tb, names = unraisable.exc_traceback, set()
+    while tb is not None:
+        names.add(tb.tb_frame.f_code.co_name)
+        tb = tb.tb_next
+    return "call_soon_threadsafe" in names
+
+
+_QUIET_HOOK_INSTALLED = False
+
+
+def _quiet_abandoned_reads() -> None:
+    """From the first failed restore on, drop those tracebacks (only those: every other unraisable exception
+    goes to the previous hook); the failure itself is reported once, by the fallback warning."""
+    global _QUIET_HOOK_INSTALLED
+    if _QUIET_HOOK_INSTALLED:
+        return
+    previous = sys.unraisablehook
+
+    def hook(unraisable):
+        if not _is_abandoned_read(unraisable):
+            previous(unraisable)
+
+    sys.unraisablehook = hook
+    _QUIET_HOOK_INSTALLED = True
 
 
 def _short(e: BaseException) -> str:
@@ -310,6 +343,7 @@ class Checkpointer:
         try:
             restored = self._manager.restore(step, args=args)
         except Exception as e:  # truncated / missing array files: tensorstore and orbax raise many types
+            _quiet_abandoned_reads()
             raise _BadStep(f"checkpoint step {step} in {self.directory}: restore failed: {_short(e)}") from e
         state, meta = restored[_STATE], restored[_META]
         got = _leaf_records(state)

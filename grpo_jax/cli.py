@@ -9,6 +9,25 @@ import json
 from grpo_jax.config import TrainConfig, from_dict, override
 
 
+def load_config(path: str) -> TrainConfig:
+    """The TrainConfig in a config.json (as a run writes it); every error names the file (and line)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            raw = json.load(f)
+    except OSError as e:
+        raise ValueError(f"--config {path}: cannot read ({e.strerror})") from None
+    except UnicodeDecodeError as e:
+        raise ValueError(f"--config {path}: not UTF-8 text (byte {e.object[e.start]:#04x} at offset {e.start})"
+                         ) from None
+    except json.JSONDecodeError as e:
+        raise ValueError(f"--config {path}:{e.lineno}:{e.colno}: invalid JSON ({e.msg}); expected the config.json "
+                         "a run writes (a JSON object of config sections)") from None
+    try:
+        return from_dict(TrainConfig, raw)
+    except ValueError as e:
+        raise ValueError(f"--config {path}: {e}") from None
+
+
 def parse_args(argv=None, *, description: str = "", get_config=None):
     """The CLI every experiment shares: --out, --seed, --smoke, --set key=value ..., --resume, --config.
 
@@ -34,7 +53,6 @@ def parse_args(argv=None, *, description: str = "", get_config=None):
     args = ap.parse_args(argv)
     cfg = get_config(smoke=args.smoke) if get_config else TrainConfig()
     if args.config:
-        with open(args.config) as f:
-            cfg = from_dict(TrainConfig, json.load(f))
+        cfg = load_config(args.config)
     cfg = override(cfg, args.overrides + ([f"seed={args.seed}"] if args.seed is not None else []))
     return args, cfg

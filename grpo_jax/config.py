@@ -16,7 +16,9 @@ import dataclasses
 import inspect
 import json
 import math
+import numbers
 import re
+import types
 import typing
 from collections.abc import Mapping
 
@@ -432,16 +434,26 @@ class SamplingConfig:
     token_max_temperature: float = 2.0  # (floor 0 = off; logprobs are those of the distribution used)
 
     def __post_init__(self):
-        if self.group_size < 1:
-            _fail("SamplingConfig", "group_size", f"must be >= 1, got {self.group_size}")
+        if self.group_size < 2:
+            _fail("SamplingConfig", "group_size", f"must be >= 2, got {self.group_size}: every advantage estimator "
+                  "compares the completions of one prompt with each other, so with one per group every advantage "
+                  "is 0 and nothing is learned")
         if self.max_new_tokens < 1:
             _fail("SamplingConfig", "max_new_tokens", f"must be >= 1, got {self.max_new_tokens}")
         if not self.temperature > 0:
             _fail("SamplingConfig", "temperature", f"must be > 0 for training rollouts, got {self.temperature}")
+        if self.top_k < 0:
+            _fail("SamplingConfig", "top_k", f"must be >= 0 (0 = off), got {self.top_k}")
+        if not 0 < self.top_p <= 1:
+            _fail("SamplingConfig", "top_p", f"must be in (0, 1] (1 = off), got {self.top_p}")
         _check_choice("SamplingConfig", "old_logp_source", self.old_logp_source, ("sampler", "recompute"))
         if self.old_logp_source == "sampler" and (self.top_k or self.top_p < 1):
             _fail("SamplingConfig", "old_logp_source",
                   "top-k/top-p change the sampled distribution; use 'recompute' so ratios compare like with like")
+
+
+# The fields of grpo_jax.rewards.RewardSpec (a test keeps the two equal): the keys a rewards.specs entry may have.
+REWARD_SPEC_FIELDS = ("name", "weight", "kwargs", "version", "label")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -450,6 +462,29 @@ class RewardsConfig:
 
     specs: tuple = ()  # tuple of {"name", "weight", "kwargs"} dicts (grpo_jax.rewards.RewardSpec fields)
     weights: RewardWeightsConfig = RewardWeightsConfig()  # curriculum + hot-reloaded weights file
+
+    def __post_init__(self):
+        shape = ('a list of objects such as [{"name": "math", "weight": 1.0, "kwargs": {}}] (keys: '
+                 + ", ".join(REWARD_SPEC_FIELDS) + "; name is required)")
+        if not isinstance(self.specs, (tuple, list)):
+            _fail("RewardsConfig", "specs", f"must be {shape}, got {self.specs!r}")
+        for i, spec in enumerate(self.specs):
+            where = f"specs[{i}]"
+            if not isinstance(spec, Mapping):
+                _fail("RewardsConfig", where, f"must be an object with keys {', '.join(REWARD_SPEC_FIELDS)}, "
+                                              f"got {spec!r}")
+            unknown = sorted(set(spec) - set(REWARD_SPEC_FIELDS))
+            if unknown:
+                _fail("RewardsConfig", where, f"unknown keys {unknown}; accepted: {', '.join(REWARD_SPEC_FIELDS)}")
+            if not isinstance(spec.get("name"), str) or not spec["name"]:
+                _fail("RewardsConfig", where, f"needs a reward name under 'name', got {spec!r}")
+            weight = spec.get("weight", 1.0)
+            if isinstance(weight, bool) or not is_finite_number(weight) or isinstance(weight, str):
+                _fail("RewardsConfig", where, f"'weight' must be a finite number, got {weight!r}")
+            if not isinstance(spec.get("kwargs", {}), Mapping):
+                _fail("RewardsConfig", where, f"'kwargs' must be an object of keyword arguments, "
+                                              f"got {spec['kwargs']!r}")
+        object.__setattr__(self, "specs", tuple(self.specs))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -515,6 +550,17 @@ class CheckpointConfig:
     keep_best: int = 1  # also keep the best N by `best_metric`
     best_metric: str = "eval/accuracy"  # metric ranking the kept-best checkpoints (higher is better)
 
+    def __post_init__(self):
+        if self.every < 0:
+            _fail("CheckpointConfig", "every", f"must be >= 0 (N = every N steps, 0 = only at the end), "
+                                               f"got {self.every}")
+        if self.keep_last < 1:
+            _fail("CheckpointConfig", "keep_last", f"must be >= 1 (a resume needs the newest), got {self.keep_last}")
+        if self.keep_best < 0:
+            _fail("CheckpointConfig", "keep_best", f"must be >= 0, got {self.keep_best}")
+        if self.keep_best and not self.best_metric:
+            _fail("CheckpointConfig", "best_metric", f"must name a metric when keep_best = {self.keep_best}")
+
 
 @dataclasses.dataclass(frozen=True)
 class LoggingConfig:
@@ -522,6 +568,13 @@ class LoggingConfig:
     samples_per_step: int = 2  # completions written to samples.jsonl per step
     tensorboard: bool = True  # TensorBoard event files under <out>/tb
     progress: bool = True  # live progress bar on stderr
+
+    def __post_init__(self):
+        if self.eval_every < 0:
+            _fail("LoggingConfig", "eval_every", f"must be >= 0 (N = every N steps, 0 = only at the end), "
+                                                 f"got {self.eval_every}")
+        if self.samples_per_step < 0:
+            _fail("LoggingConfig", "samples_per_step", f"must be >= 0, got {self.samples_per_step}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -551,9 +604,17 @@ class TrainConfig:
     dynamic: DynamicSamplingConfig = DynamicSamplingConfig()
 
     def __post_init__(self):
+        for f in ("seed", "steps", "prompts_per_step", "mu", "minibatches", "microbatches", "ref_reset_every"):
+            value = getattr(self, f)  # also when built in Python, not through from_dict: steps=2.5 ran 3 steps
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+                _fail("TrainConfig", f, f"must be an integer, got {value!r} ({type(value).__name__})")
+            object.__setattr__(self, f, int(value))
         for f in ("steps", "prompts_per_step", "mu", "minibatches", "microbatches"):
             if getattr(self, f) < 1:
                 _fail("TrainConfig", f, f"must be >= 1, got {getattr(self, f)}")
+        for f in ("seed", "ref_reset_every"):
+            if getattr(self, f) < 0:
+                _fail("TrainConfig", f, f"must be >= 0, got {getattr(self, f)}")
         rows = self.prompts_per_step * self.sampling.group_size
         if rows % (self.minibatches * self.microbatches):
             _fail("TrainConfig", "minibatches",
@@ -574,22 +635,66 @@ def to_dict(cfg) -> dict:
     return json.loads(json.dumps(dataclasses.asdict(cfg), default=list))
 
 
-def from_dict(cls, d: dict):
-    """Rebuild a (nested) config dataclass from `to_dict` output; unknown keys are an error naming them."""
+def from_dict(cls, d: dict, _where: str = ""):
+    """Rebuild a (nested) config dataclass from `to_dict` output (JSON, --set). Unknown keys and values of the
+    wrong type (a string or 2.5 for an int field, a word for a number) are errors naming the dotted key,
+    the field and what it accepts. An integral float (3.0, 1e3) is accepted for an int field."""
+    if not isinstance(d, Mapping):
+        raise ValueError(f"{_where or cls.__name__}: must be a JSON object of {cls.__name__} fields "
+                         f"({', '.join(f.name for f in dataclasses.fields(cls))}), got {type(d).__name__} {d!r:.80}")
     hints = typing.get_type_hints(cls)
     names = {f.name for f in dataclasses.fields(cls)}
     unknown = set(d) - names
     if unknown:
-        raise ValueError(f"{cls.__name__}: unknown fields {sorted(unknown)}; known: {sorted(names)}")
+        raise ValueError(f"{_where + ': ' if _where else ''}{cls.__name__}: unknown fields {sorted(unknown)}; "
+                         f"known: {sorted(names)}")
     kwargs = {}
     for k, v in d.items():
         t = hints[k]
-        if dataclasses.is_dataclass(t) and isinstance(v, dict):
-            v = from_dict(t, v)
-        elif isinstance(v, list):
-            v = _freeze(v)
+        where = f"{_where}.{k}" if _where else k
+        if dataclasses.is_dataclass(t) and not isinstance(v, t):
+            v = from_dict(t, v, where)
+        else:
+            try:
+                v = _checked_value(f"{where} ({cls.__name__}.{k})", _freeze(v), t)
+            except ValueError as e:
+                comment = _field_comments(cls).get(k)
+                raise ValueError(f"{e}; the field: {comment}" if comment else str(e)) from None
         kwargs[k] = v
     return cls(**kwargs)
+
+
+_TYPE_WORDS = {int: "an integer", float: "a number", bool: "true or false", str: "a string",
+               tuple: "a list"}
+
+
+def _checked_value(where: str, v, t):
+    """v if it fits the field type t (int, float, bool, str, tuple, X | None), else ValueError naming `where`."""
+    if typing.get_origin(t) in (typing.Union, types.UnionType):
+        options = typing.get_args(t)
+        if v is None and type(None) in options:
+            return v
+        inner = [o for o in options if o is not type(None)]
+        if len(inner) == 1:
+            t = inner[0]
+            if t not in _TYPE_WORDS:
+                return v
+            try:
+                return _checked_value(where, v, t)
+            except ValueError:
+                raise ValueError(f"{where}: must be {_TYPE_WORDS[t]} or null, got {v!r} "
+                                 f"({type(v).__name__})") from None
+        return v
+    if t not in _TYPE_WORDS:
+        return v
+    ok = {int: isinstance(v, int) and not isinstance(v, bool),
+          float: isinstance(v, (int, float)) and not isinstance(v, bool),
+          bool: isinstance(v, bool), str: isinstance(v, str), tuple: isinstance(v, (tuple, list))}[t]
+    if not ok and t is int and isinstance(v, float) and v.is_integer():
+        return int(v)
+    if not ok:
+        raise ValueError(f"{where}: must be {_TYPE_WORDS[t]}, got {v!r} ({type(v).__name__})")
+    return tuple(v) if t is tuple else v
 
 
 def _freeze(v):
@@ -610,20 +715,25 @@ def _parse_value(text: str):
 
 
 def override(cfg, assignments) -> typing.Any:
-    """Apply "a.b.c=value" assignments (values parsed as JSON, then Python literals, else strings)."""
+    """Apply "a.b.c=value" assignments (values parsed as JSON, then Python literals, else strings; a string
+    field takes the text as written). A value of the wrong type or range is an error naming the assignment."""
     d = to_dict(cfg)
     for item in assignments:
         if "=" not in item:
             raise ValueError(f"override {item!r} is not of the form key.path=value")
         path, text = item.split("=", 1)
-        node, keys = d, path.strip().split(".")
+        node, keys, cls = d, path.strip().split("."), type(cfg)
         for k in keys[:-1]:
             if not isinstance(node.get(k), dict):
                 raise ValueError(f"override {path!r}: {k!r} is not a config section")
-            node = node[k]
+            node, cls = node[k], typing.get_type_hints(cls).get(k)
         if keys[-1] not in node:
             raise ValueError(f"override {path!r}: no field {keys[-1]!r}; known: {sorted(node)}")
-        node[keys[-1]] = _parse_value(text)
+        value = _parse_value(text)
+        hint = typing.get_type_hints(cls).get(keys[-1]) if dataclasses.is_dataclass(cls) else None
+        if hint is str and not isinstance(value, str):
+            value = text  # e.g. task.train_path=2024.jsonl stays the path it names
+        node[keys[-1]] = value
     return from_dict(type(cfg), d)
 
 

@@ -19,7 +19,8 @@ import json
 import math
 import warnings
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -167,8 +168,11 @@ class RewardWeights:
             w[self.dims.index(dim)] *= np.interp(step, steps, factors)
         return w.astype(np.float32)
 
-    def maybe_reload(self, step: int) -> dict | None:
-        """Re-read the weights file; return {"step", "old", "new"} when the weights changed, else None."""
+    def maybe_reload(self, step: int, on_reject: Callable[[dict], Any] | None = None) -> dict | None:
+        """Re-read the weights file; return {"step", "old", "new"} when the weights changed, else None.
+
+        A rejected file is warned about and, when given, passed to `on_reject({"step", "file", "problem",
+        "kept"})` (the trainer logs it in events.jsonl), once per distinct content."""
         if not self.cfg.weights_file:
             return None
         raw, key = self._read()
@@ -179,6 +183,9 @@ class RewardWeights:
         if problem:
             warnings.warn(f"reward weights file {self.cfg.weights_file!r} ignored at step {step}: {problem}; "
                           f"keeping {self.current()}", stacklevel=2)
+            if on_reject is not None:
+                on_reject({"step": int(step), "file": self.cfg.weights_file, "problem": problem,
+                           "kept": self.current()})
             return None
         old = self.current()
         self._file = new

@@ -64,8 +64,13 @@ def load_jsonl(path: str | Path, *, required: Sequence[str] = ("prompt",)) -> li
     starts rather than mid-run on the batch that happens to contain it.
     """
     rows = []
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
+    with open(path, "rb") as f:
+        for lineno, raw in enumerate(f, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise DataError(f"{path}:{lineno}: not UTF-8 (byte {raw[e.start]:#04x} at column {e.start + 1}); "
+                                "JSONL files must be UTF-8 text") from None
             if not line.strip():
                 continue
             try:
@@ -232,6 +237,9 @@ def load_task_data(task, cfg: TaskConfig, seed: int) -> tuple[list[Row], list[Ro
     rows the task generates; the training rows pass the pass-rate band filter when one is set."""
     if cfg.train_path:
         rows = load_jsonl(cfg.train_path, required=task.required_fields)
+        if not rows:
+            raise DataError(f"{cfg.train_path}: no rows (the file is empty or blank); task.train_path must name a "
+                            f"JSONL file with one JSON object per line, fields {list(task.required_fields)}")
     else:
         rows = task.generate("train", cfg.n_train, seed)
     report: dict[str, Any] = {"rows": len(rows), "strata": strata_summary(rows)}
@@ -243,6 +251,10 @@ def load_task_data(task, cfg: TaskConfig, seed: int) -> tuple[list[Row], list[Ro
                              f"row ({band})")
     if cfg.eval_path:
         eval_rows = load_jsonl(cfg.eval_path, required=task.required_fields)[: cfg.n_eval]
+        if not eval_rows and cfg.n_eval:
+            raise DataError(f"{cfg.eval_path}: no rows (the file is empty or blank); task.eval_path must name a "
+                            f"JSONL file with one JSON object per line, fields {list(task.required_fields)} "
+                            "(or set task.n_eval=0 to evaluate nothing)")
     else:
         eval_rows = task.generate("heldout", cfg.n_eval, seed) if cfg.n_eval else []
     return rows, eval_rows, report

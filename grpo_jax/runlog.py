@@ -5,7 +5,8 @@ Layout of ``out_dir`` (every JSONL row carries ``"step"``; keys sorted; one row 
     metrics.jsonl   deterministic per-step values only: same config + seed => byte-identical file
     timings.jsonl   wall-clock values, kept apart so they cannot break the above
     samples.jsonl   a few completions per step, one row per sample
-    events.jsonl    pause, rollback, weight changes, warnings, resume ... (never truncated)
+    events.jsonl    pause, rollback, weight changes, warnings, resume, segments ... (never truncated)
+    interrupted/    logs of a run stopped before its first checkpoint, set aside when one starts over (``set_aside``)
     tb/             TensorBoard event files (scalars of metrics and timings, histograms)
     plots/*.png     ``plot_run``;  report.md / report.json: ``write_report``
 
@@ -153,6 +154,33 @@ class RunLogger:
         self._bar.set_postfix(shown)
 
 
+def has_step_rows(out_dir: str) -> bool:
+    """Whether any step file (metrics, timings, samples) in out_dir holds a row."""
+    paths = (os.path.join(out_dir, f"{name}.jsonl") for name in STEP_FILES)
+    return any(os.path.exists(p) and _parse_lines(p) for p in paths)
+
+
+# What a run writes beside its checkpoints: moved together by `set_aside`.
+RUN_OUTPUTS = tuple(f"{name}.jsonl" for name in (*STEP_FILES, "events")) + (
+    "config.json", "report.md", "report.json", "tb", "plots", "alarms")
+
+
+def set_aside(out_dir: str, dest_root: str) -> str:
+    """Moves the run outputs of out_dir (RUN_OUTPUTS that exist) into a new dest_root/<time>/ folder, renamed
+    one by one (nothing copied, nothing deleted), and returns that folder. Used when a run folder holds the
+    logs of a run that cannot be continued and a new run starts there."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    dest, n = os.path.join(dest_root, stamp), 1
+    while os.path.exists(dest):
+        dest, n = os.path.join(dest_root, f"{stamp}-{n}"), n + 1
+    os.makedirs(dest)
+    for name in RUN_OUTPUTS:
+        src = os.path.join(out_dir, name)
+        if os.path.exists(src):
+            os.replace(src, os.path.join(dest, name))
+    return dest
+
+
 def read_jsonl(path: str) -> list[Row]:
     """Rows of a JSONL file; a torn final line is skipped, "nan"/"inf"/"-inf" values become floats."""
     return [{k: _NON_FINITE.get(v, v) if isinstance(v, str) else v for k, v in row.items()}
@@ -199,6 +227,56 @@ def write_report(out_dir: str, summary: dict, *, title: str, sections: Iterable[
     atomic_write(md_path, _text("\n".join(lines).rstrip() + "\n"))
     atomic_write(json_path, _text(json.dumps(_plain(summary), sort_keys=True, indent=2) + "\n"))
     return md_path, json_path
+
+
+# ---- segments: one process's share of a run (the first, then each --resume) -----------------------------
+
+
+def last_write_time(out_dir: str) -> float | None:
+    """The newest modification time among a run's logs and checkpoints (None for an empty folder): when the
+    process that last ran there stopped writing. Read it before a new process rewrites anything."""
+    paths = [os.path.join(out_dir, f"{name}.jsonl") for name in (*STEP_FILES, "events")]
+    ckpt = os.path.join(out_dir, "checkpoints")
+    if os.path.isdir(ckpt):
+        paths += [os.path.join(ckpt, p) for p in os.listdir(ckpt)]
+    times = [os.path.getmtime(p) for p in paths if os.path.exists(p)]
+    return max(times) if times else None
+
+
+def append_event(out_dir: str, step: int, kind: str, **info: Any) -> None:
+    """One events.jsonl row, as `RunLogger.event` writes it, also when no logger is open (e.g. after run())."""
+    with open(os.path.join(out_dir, "events.jsonl"), "a", encoding="utf-8", newline="\n") as f:
+        f.write(_dumps({"wall_time": time.time(), **info, "step": int(step), "kind": kind}) + "\n")
+
+
+def open_segment(out_dir: str, *, step: int, started_at: float, last_write: float | None, **info: Any) -> None:
+    """Logs a "segment_start" event (this process began at `started_at`, epoch seconds, at `step`; `info`
+    is kept with it). A previous segment that never logged its end (killed, crashed) gets its "segment" event
+    first, marked interrupted, with its wall time estimated as `last_write` (see `last_write_time`) minus its
+    start and `to_step` = `step`, the checkpoint this process resumes from."""
+    path = os.path.join(out_dir, "events.jsonl")
+    events = read_jsonl(path) if os.path.exists(path) else []
+    starts = [i for i, e in enumerate(events) if e.get("kind") == "segment_start"]
+    if starts and not any(e.get("kind") == "segment" for e in events[starts[-1]:]):
+        prev = {k: v for k, v in events[starts[-1]].items() if k not in ("kind", "step", "wall_time")}
+        wall = max(0.0, last_write - prev["started_at"]) if last_write is not None else None
+        append_event(out_dir, step, "segment", **{**prev, "to_step": int(step), "wall_seconds": wall,
+                                                  "interrupted": True})
+    append_event(out_dir, step, "segment_start", **info, from_step=int(step), started_at=started_at)
+
+
+def close_segment(out_dir: str, *, from_step: int, to_step: int, started_at: float, wall_seconds: float,
+                  **info: Any) -> None:
+    """Logs this process's "segment" event: the steps it took and its wall time."""
+    append_event(out_dir, to_step, "segment", from_step=int(from_step), to_step=int(to_step),
+                 wall_seconds=wall_seconds, interrupted=False, started_at=started_at, **info)
+
+
+def run_segments(events: list[Row]) -> list[Row]:
+    """The "segment" events of the run now in the folder: those after its last start at step 0 (a restart
+    from scratch begins a new run; the segments of the abandoned one are not its own)."""
+    fresh = [i for i, e in enumerate(events) if e.get("kind") == "segment_start" and e.get("from_step") == 0]
+    return [e for e in events[fresh[-1] if fresh else 0:] if e.get("kind") == "segment"]
 
 
 # ---- JSONL files ----------------------------------------------------------------------------------------
@@ -269,7 +347,8 @@ def _prepare_files(out_dir: str, resume_step: int | None) -> dict[str, int]:
         busy = [p for p in paths.values() if os.path.exists(p) and _parse_lines(p)]
         if busy:
             raise FileExistsError(f"{busy[0]} already holds rows of a run; pass resume_step=k to continue "
-                                  "after step k (0 restarts) or choose another out_dir")
+                                  "after step k (0 restarts; the trainer's --resume does this from the newest "
+                                  "checkpoint) or choose another out_dir")
     dropped = {name: _keep_rows(p, lambda row: resume_step is None or row["step"] <= resume_step)
                for name, p in paths.items()}
     _keep_rows(os.path.join(out_dir, "events.jsonl"), lambda row: True)  # only a torn tail goes

@@ -216,11 +216,23 @@ def init_state(params, optimizer, *, keep_reference: bool) -> TrainState:
     return TrainState(step=jnp.int32(0), params=params, opt_state=optimizer.init(params), ref_params=ref)
 
 
-def build_model(cfg: TrainConfig, vocab_size: int, key: jax.Array):
-    """(model config, params) from a HF folder or a preset with the run's overrides (params on host)."""
+def build_model(cfg: TrainConfig, vocab_size: int, key: jax.Array, *, tokenizer_name: str = "the task's tokenizer"):
+    """(model config, params) from a HF folder or a preset with the run's overrides (params on host).
+
+    vocab_size is the tokenizer's: a loaded model with fewer embedding rows is an error, since JAX clamps
+    out-of-range ids in the lookup and the run would train silently on the wrong tokens."""
     spec = cfg.model
     if spec.hf_path:
-        return models.load_hf(spec.hf_path, param_dtype=spec.param_dtype, dtype=spec.dtype)
+        model_cfg, params = models.load_hf(spec.hf_path, param_dtype=spec.param_dtype, dtype=spec.dtype)
+        if model_cfg.vocab_size < vocab_size:
+            raise ValueError(
+                f"vocabulary mismatch: the model in model.hf_path={spec.hf_path!r} has vocab_size "
+                f"{model_cfg.vocab_size} (config.json), smaller than the {vocab_size} ids of {tokenizer_name}; "
+                f"ids {model_cfg.vocab_size}..{vocab_size - 1} would be clamped to the last embedding row and the run "
+                "would train on garbage. Use the tokenizer saved with the checkpoint (for jsonl_math: "
+                "task.options tokenizer_path = the checkpoint folder) or a model whose vocab_size is at least "
+                f"{vocab_size}")
+        return model_cfg, params
     shape = {f: getattr(spec, f) for f in ("d_model", "n_layers", "n_heads", "n_kv_heads", "head_dim", "mlp_dim")}
     overrides = {k: v for k, v in shape.items() if v}
     model_cfg = models.preset(spec.preset, vocab_size=vocab_size, param_dtype=spec.param_dtype, dtype=spec.dtype,
@@ -229,8 +241,16 @@ def build_model(cfg: TrainConfig, vocab_size: int, key: jax.Array):
 
 
 def reward_specs(cfg: TrainConfig, task) -> tuple[rewards_lib.RewardSpec, ...]:
+    """The run's reward dimensions: rewards.specs, else the task's defaults; a bad entry names its index."""
     raw = cfg.rewards.specs or tuple(task.reward_specs())
-    return tuple(rewards_lib.RewardSpec(**dict(s)) for s in raw)
+    where = "rewards.specs" if cfg.rewards.specs else f"task {task.name!r} default rewards"
+    specs = []
+    for i, s in enumerate(raw):
+        try:
+            specs.append(rewards_lib.RewardSpec(**dict(s)))
+        except (TypeError, ValueError) as e:  # TypeError: a key RewardSpec does not take
+            raise ValueError(f"{where}[{i}] = {json.dumps(s, default=str)}: {e}") from None
+    return tuple(specs)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -270,7 +290,8 @@ class Trainer:
         dims = rewards_lib.dimension_names(specs)
         self.reward_weights = control.RewardWeights(dims, rewards_lib.weights(specs), cfg.rewards.weights)
         self.run_key = jax.random.key(cfg.seed)
-        model_cfg, params = build_model(cfg, tokenizer.vocab_size, jax.random.fold_in(self.run_key, INIT_KEY_FOLD))
+        model_cfg, params = build_model(cfg, tokenizer.vocab_size, jax.random.fold_in(self.run_key, INIT_KEY_FOLD),
+                                        tokenizer_name=repr(tokenizer))
         self.actor = experience.Actor(model_cfg, tokenizer, specs, cfg.sampling)
         self.optimizer = make_optimizer(cfg)
         self.state = init_state(sharding.shard_params(params, self.mesh), self.optimizer,
@@ -281,20 +302,50 @@ class Trainer:
         self.ckpt = ckpt_lib.Checkpointer(os.path.join(out_dir, "checkpoints"), keep_last=cfg.checkpoint.keep_last,
                                           keep_best=cfg.checkpoint.keep_best, best_metric=cfg.checkpoint.best_metric)
         start = self._restore(rollback_to) if (resume or rollback_to is not None) else None
-        self._open_logs(start, quiet=quiet, rollback=rollback_to is not None)
+        self._open_logs(start, quiet=quiet, rollback=rollback_to is not None, resume=resume)
 
-    def _open_logs(self, start: int | None, *, quiet: bool, rollback: bool) -> None:
+    def _open_logs(self, start: int | None, *, quiet: bool, rollback: bool, resume: bool = False) -> None:
         cfg, out_dir = self.cfg, self.out_dir
         os.makedirs(out_dir, exist_ok=True)
         log_dir = out_dir if jax.process_index() == 0 else os.path.join(out_dir, f"process-{jax.process_index()}")
+        notes = []
+        if start is None:
+            notes = self._fresh_start(log_dir, resume=resume)
         self.logger = runlog.RunLogger(log_dir, total_steps=cfg.steps, tensorboard=cfg.logging.tensorboard,
                                        progress=cfg.logging.progress and not quiet and log_dir == out_dir,
                                        resume_step=start)
+        for kind, info in notes:
+            self.logger.event(0, kind, **info)
+            warnings.warn(info["message"], RuntimeWarning, stacklevel=3)
         if rollback:
             self.logger.event(start, "rollback", to_step=start, config=to_dict(cfg))
         if start is None and jax.process_index() == 0:
             atomic_write_text(os.path.join(out_dir, "config.json"), json.dumps(to_dict(cfg), indent=2, sort_keys=True))
             self.logger.event(0, "data", **self.data_report)
+
+    def _fresh_start(self, log_dir: str, *, resume: bool) -> list[tuple[str, dict]]:
+        """Before a run starts at step 0 in `log_dir`: the (event kind, info) notes to log and warn.
+
+        A folder whose logs hold steps but which has no checkpoint was interrupted before its first one
+        (Ctrl-C, kill -9, a crash): nothing can be resumed, so its logs are moved to
+        <out>/interrupted/<time>/ and the run starts again. A folder with checkpoints is refused unless
+        --resume or --rollback-to says what to do with it."""
+        prefix = "--resume: " if resume else ""
+        if not runlog.has_step_rows(log_dir):
+            if not resume:
+                return []
+            return [("resume_nothing", {"message": f"--resume: {self.out_dir} has no checkpoint to resume from "
+                                                   "(nor logged steps); starting a new run at step 0"})]
+        checkpoints = self.ckpt.steps()
+        if checkpoints:  # only without --resume: _restore would have found them
+            raise FileExistsError(
+                f"{self.out_dir} already holds a run (checkpoints at steps {checkpoints}, rows in metrics.jsonl): "
+                "continue it with --resume (Trainer(resume=True)), go back to a checkpoint with --rollback-to STEP, "
+                "or choose another --out")
+        moved = runlog.set_aside(log_dir, os.path.join(self.out_dir, "interrupted"))
+        return [("restart", {"previous_logs": moved, "message": (
+            f"{prefix}{self.out_dir} holds the logs of a run stopped before its first checkpoint (nothing to "
+            f"resume); they were moved to {moved} and the run starts again at step 0")})]
 
     @property
     def step(self) -> int:
@@ -348,7 +399,8 @@ class Trainer:
         """One GRPO step."""
         cfg, step, dims = self.cfg, self.step, self.actor.dims
         k_sample, k_update = jax.random.split(jax.random.fold_in(self.run_key, step))
-        change = self.reward_weights.maybe_reload(step)
+        change = self.reward_weights.maybe_reload(
+            step, on_reject=lambda info: self.logger.event(step, "reward_weights_rejected", **_without_step(info)))
         if change:
             self.logger.event(step, "reward_weights", **_without_step(change))
         weights = self.reward_weights.at(step)

@@ -39,6 +39,8 @@ class CheckpointError(ValueError):
 
 def config_from_hf(hf: dict[str, Any], *, where: str = "config.json") -> ModelConfig:
     """Translate a transformers config dict (5.x `rope_parameters` or 4.x `rope_theta`/`rope_scaling`)."""
+    if not isinstance(hf, dict):
+        raise CheckpointError(f"{where}: expected a JSON object of model settings, got {type(hf).__name__}")
     archs = hf.get("architectures") or []
     arch = next((ARCHITECTURES[a] for a in archs if a in ARCHITECTURES), None)
     if arch is None:
@@ -140,11 +142,16 @@ def _prefix(arch: str, names: set[str]) -> str:
 def _weight_files(path: str) -> list[str]:
     index = os.path.join(path, "model.safetensors.index.json")
     if os.path.exists(index):
-        with open(index) as f:
-            try:
-                weight_map = json.load(f)["weight_map"]
-            except (json.JSONDecodeError, KeyError) as e:
-                raise CheckpointError(f"{index}: not a safetensors index ({e})") from None
+        try:
+            with open(index, encoding="utf-8") as f:
+                raw = json.load(f)
+        except (OSError, ValueError) as e:  # ValueError: bad JSON or not UTF-8
+            raise CheckpointError(f"{index}: cannot read as JSON ({e})") from None
+        weight_map = raw.get("weight_map") if isinstance(raw, dict) else None
+        if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+            got = type(raw).__name__ if not isinstance(raw, dict) else f"weight_map = {raw.get('weight_map')!r:.80}"
+            raise CheckpointError(f"{index}: not a safetensors index: expected a JSON object with a 'weight_map' "
+                                  f"object {{tensor name: shard file}}, got {got}")
         return sorted({os.path.join(path, v) for v in weight_map.values()})
     single = os.path.join(path, "model.safetensors")
     if os.path.exists(single):
@@ -157,9 +164,16 @@ def _read_tensors(path: str) -> dict[str, np.ndarray]:
     for file in _weight_files(path):
         if not os.path.exists(file):
             raise CheckpointError(f"{file}: listed in the index but missing")
-        with safe_open(file, framework="flax") as f:
-            for name in f.keys():
-                tensors[name] = f.get_tensor(name)
+        name = None
+        try:
+            with safe_open(file, framework="flax") as f:
+                for name in f.keys():
+                    tensors[name] = f.get_tensor(name)
+        except Exception as e:  # safetensors raises its own SafetensorError (truncated, garbage header, ...)
+            what = f"tensor {name!r}" if name else "its header"
+            raise CheckpointError(f"{file}: not a readable safetensors file (failed at {what}: "
+                                  f"{type(e).__name__}: {e}); the shard is truncated or corrupt: re-copy or "
+                                  "re-export it") from None
     return tensors
 
 
@@ -194,10 +208,13 @@ def load_hf(path: str, *, param_dtype: str | None = None, dtype: str | None = No
         raise CheckpointError(f"{path}: not a directory (only local checkpoint folders are read)")
     config_path = os.path.join(path, "config.json")
     try:
-        with open(config_path) as f:
+        with open(config_path, encoding="utf-8") as f:
             hf_config = json.load(f)
-    except (OSError, json.JSONDecodeError) as e:
+    except (OSError, ValueError) as e:  # ValueError: bad JSON or not UTF-8
         raise CheckpointError(f"{config_path}: cannot read ({e})") from None
+    if not isinstance(hf_config, dict):
+        raise CheckpointError(f"{config_path}: expected a JSON object of model settings (a transformers "
+                              f"config.json), got {type(hf_config).__name__}")
     cfg = config_from_hf(hf_config, where=config_path)
     tensors = _read_tensors(path)
     stored_dtype = str(next(iter(tensors.values())).dtype) if tensors else "float32"

@@ -38,3 +38,78 @@ def test_readme_documents_every_config_field():
     missing = [key for key, _, _ in config_reference() if f"`{key}`" not in readme]
     assert not missing, f"README config reference lacks {missing}: regenerate with python -m grpo_jax.config"
     assert all(comment for _, _, comment in config_reference()), "every config field needs a comment"
+
+
+@pytest.mark.parametrize("item, words", [
+    # wrong types: the dotted key, the field and what it accepts (these were bare TypeErrors)
+    ("steps=abc", r"steps \(TrainConfig\.steps\): must be an integer, got 'abc' \(str\)"),
+    ("sampling.temperature=hot", r"sampling\.temperature \(SamplingConfig\.temperature\): must be a number, got 'hot'"),
+    ("steps=2.5", r"steps \(TrainConfig\.steps\): must be an integer, got 2\.5"),
+    ("checkpoint.every=1.5", r"checkpoint\.every \(CheckpointConfig\.every\): must be an integer"),
+    ("loss.eps_high=wide", r"loss\.eps_high \(LossConfig\.eps_high\): must be a number or null"),
+    ("logging.progress=1", r"logging\.progress \(LoggingConfig\.progress\): must be true or false"),
+    ("sampling=3", r"sampling: must be a JSON object of SamplingConfig fields \(group_size, "),
+    # rewards.specs: not a list, entries not objects, unknown keys, no name (a ValueError from deep in train.py)
+    ("rewards.specs=math",
+     r"rewards\.specs \(RewardsConfig\.specs\): must be a list.*\"name\", \"weight\", \"kwargs\""),
+    ('rewards.specs={"name": "math"}', r"rewards\.specs \(RewardsConfig\.specs\): must be a list"),
+    ('rewards.specs=["math"]', r"RewardsConfig\.specs\[0\]: must be an object with keys name, weight, kwargs"),
+    ('rewards.specs=[{"name": "math"}, {"nme": "format"}]',
+     r"RewardsConfig\.specs\[1\]: unknown keys \['nme'\]; accepted: name, weight, kwargs, version, label"),
+    ('rewards.specs=[{"weight": 1.0}]', r"RewardsConfig\.specs\[0\]: needs a reward name under 'name'"),
+    ('rewards.specs=[{"name": "math", "weight": "x"}]', r"RewardsConfig\.specs\[0\]: 'weight' must be a finite number"),
+    ('rewards.specs=[{"name": "math", "kwargs": 3}]', r"RewardsConfig\.specs\[0\]: 'kwargs' must be an object"),
+    # values accepted silently before
+    ("checkpoint.every=-5", r"CheckpointConfig\.every: must be >= 0 \(N = every N steps, 0 = only at the end\)"),
+    ("checkpoint.keep_last=0", r"CheckpointConfig\.keep_last: must be >= 1"),
+    ("logging.eval_every=-1", r"LoggingConfig\.eval_every: must be >= 0"),
+    ("sampling.group_size=1", r"SamplingConfig\.group_size: must be >= 2, got 1: .*every advantage is 0"),
+    ("seed=-1", r"TrainConfig\.seed: must be >= 0"),
+])
+def test_bad_values_name_the_key_and_what_is_accepted(item, words):
+    with pytest.raises(ValueError, match=words):
+        override(TrainConfig(), [item])
+
+
+def test_integer_fields_take_integral_numbers_and_string_fields_take_the_text():
+    cfg = override(TrainConfig(), ["steps=3.0", "checkpoint.every=1e1", "task.train_path=2024", "model.preset=tiny"])
+    assert cfg.steps == 3 and type(cfg.steps) is int and cfg.checkpoint.every == 10
+    assert cfg.task.train_path == "2024"
+    assert override(TrainConfig(), ["loss.eps_high=null", "sampling.temperature=1"]).sampling.temperature == 1
+    with pytest.raises(ValueError, match=r"TrainConfig\.steps: must be an integer, got 2\.5"):
+        TrainConfig(steps=2.5)  # built in Python, not through override / from_dict
+
+
+def test_reward_spec_fields_match_the_registry():
+    import dataclasses
+
+    from grpo_jax.config import REWARD_SPEC_FIELDS
+    from grpo_jax.rewards import RewardSpec
+
+    assert REWARD_SPEC_FIELDS == tuple(f.name for f in dataclasses.fields(RewardSpec))
+
+
+def test_reward_spec_errors_from_the_registry_name_the_entry():
+    from grpo_jax.tasks import get_task
+    from grpo_jax.train import reward_specs
+
+    cfg = override(TrainConfig(), ['rewards.specs=[{"name": "math"}, {"name": "maths", "weight": 2}]'])
+    with pytest.raises(ValueError, match=r'rewards\.specs\[1\] = \{"name": "maths", "weight": 2\}: unknown reward '
+                                         r"'maths'; known rewards: .*math"):
+        reward_specs(cfg, get_task("arithmetic"))
+
+
+@pytest.mark.parametrize("text, words", [
+    ('{"steps": 3,\n "seed": }', r"bad\.json:2:10: invalid JSON \(Expecting value\)"),
+    ("[1, 2]", r"bad\.json: TrainConfig: must be a JSON object of TrainConfig fields"),
+    ('{"steps": "many"}', r"bad\.json: steps \(TrainConfig\.steps\): must be an integer"),
+    ('{"sampling": {"temprature": 1}}', r"bad\.json: sampling: SamplingConfig: unknown fields \['temprature'\]"),
+])
+def test_config_file_errors_name_the_file(tmp_path, text, words):
+    from grpo_jax.cli import parse_args
+
+    (tmp_path / "bad.json").write_text(text)
+    with pytest.raises(ValueError, match=words):
+        parse_args(["--config", str(tmp_path / "bad.json")])
+    with pytest.raises(ValueError, match=r"--config .*nothing\.json: cannot read"):
+        parse_args(["--config", str(tmp_path / "nothing.json")])

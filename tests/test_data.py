@@ -163,3 +163,44 @@ def test_encode_prompts_and_completions():
     # row 0: 3 tokens + EOS; row 1: 'b' + EOS, right-padded to 4
     assert tokens[1].tolist() == [tok.encode("b")[0], tok.eos_id, tok.pad_id, tok.pad_id]
     assert mask.sum(axis=1).tolist() == [4, 2]
+
+
+def test_non_utf8_byte_names_file_line_and_column(tmp_path):
+    path = tmp_path / "d.jsonl"
+    path.write_bytes(GOOD.encode() + b'\n{"prompt": "caf\xe9"}\n')
+    with pytest.raises(DataError, match=r"d\.jsonl:2: not UTF-8 \(byte 0xe9 at column 16\)"):
+        load_jsonl(path)
+
+
+def test_empty_jsonl_files_name_the_file_and_the_setting(tmp_path):
+    from grpo_jax.config import TaskConfig
+    from grpo_jax.data import load_task_data
+    from grpo_jax.tasks import get_task
+
+    empty, good = tmp_path / "empty.jsonl", tmp_path / "good.jsonl"
+    empty.write_text("\n  \n")
+    good.write_text(GOOD + "\n")
+    task = get_task("arithmetic")
+    with pytest.raises(DataError, match=r"empty\.jsonl: no rows .*task\.train_path"):
+        load_task_data(task, TaskConfig(train_path=str(empty)), 0)
+    with pytest.raises(DataError, match=r"empty\.jsonl: no rows .*task\.eval_path.*task\.n_eval=0"):
+        load_task_data(task, TaskConfig(train_path=str(good), eval_path=str(empty), n_eval=4), 0)
+    rows, eval_rows, _ = load_task_data(task, TaskConfig(train_path=str(good), eval_path=str(empty), n_eval=0), 0)
+    assert len(rows) == 1 and eval_rows == []
+
+
+def test_jsonl_math_without_an_eval_file_asks_for_task_eval_path(tmp_path):
+    """The held-out split was asked for while task.train_path was set: the message used to say
+    "set task.train_path"."""
+    from grpo_jax.config import TaskConfig
+    from grpo_jax.data import load_task_data
+    from grpo_jax.tasks import get_task
+
+    good = tmp_path / "good.jsonl"
+    good.write_text(GOOD + "\n")
+    task = get_task("jsonl_math", tokenizer_path="unused")
+    with pytest.raises(ValueError, match=r"'heldout' split.*set task\.eval_path") as err:
+        load_task_data(task, TaskConfig(name="jsonl_math", train_path=str(good), n_eval=4), 0)
+    assert "train_path" not in str(err.value)
+    with pytest.raises(ValueError, match=r"'train' split.*set task\.train_path"):
+        task.generate("train", 4, 0)

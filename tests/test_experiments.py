@@ -13,9 +13,14 @@ REPORT_FIELDS = ("accuracy_sft", "accuracy_final", "accuracy_best", "format_rate
                  "entropy_final", "zero_variance_fraction_final", "steps", "wall_seconds", "seed")
 
 
-def test_arithmetic_smoke_writes_the_report(tmp_path):
-    out = subprocess.run([sys.executable, "experiments/arithmetic.py", "--smoke", "--quiet", "--out", str(tmp_path)],
-                         cwd=ROOT, capture_output=True, text=True, timeout=600)
+def _arithmetic_smoke(out, *extra):
+    # umask 022 as a user's shell has it: the files must come out 0644 (they were 0600, issue 18)
+    cmd = [sys.executable, "experiments/arithmetic.py", "--smoke", "--quiet", "--out", str(out), *extra]
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600, umask=0o022)
+
+
+def test_arithmetic_smoke_writes_the_report_and_resumes_accumulate_it(tmp_path):
+    out = _arithmetic_smoke(tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
     report = json.loads((tmp_path / "report.json").read_text())
     summary = report.get("summary", report)
@@ -28,6 +33,28 @@ def test_arithmetic_smoke_writes_the_report(tmp_path):
     for name in ("metrics.jsonl", "config.json", "events.jsonl"):
         assert (tmp_path / name).exists(), name
     assert os.listdir(tmp_path / "tb") and any(p.endswith(".png") for p in os.listdir(tmp_path / "plots"))
+    outputs = ["config.json", "report.md", "report.json"] + [f"plots/{p}" for p in os.listdir(tmp_path / "plots")]
+    assert {p: oct(os.stat(tmp_path / p).st_mode & 0o777) for p in outputs} == {p: "0o644" for p in outputs}
+    # Issue 18: each --resume overwrote the report with sft_steps / sft_valid_accuracy null and the wall time of
+    # its own process only. Resumed twice (a step each), the report keeps the warm start's figures, lists the
+    # three segments and sums their wall times, and the 15-minute target is checked against the sum.
+    first = summary
+    for steps in (3, 4):
+        again = _arithmetic_smoke(tmp_path, "--resume", "--set", f"steps={steps}")
+        assert again.returncode == 0, again.stderr[-3000:]
+    final = json.loads((tmp_path / "report.json").read_text())
+    assert final["steps"] == 4 and final["sft_steps"] == first["sft_steps"] is not None
+    assert final["sft_valid_accuracy"] == first["sft_valid_accuracy"] is not None
+    assert final["accuracy_sft"] == first["accuracy_sft"]
+    segments = final["segments"]
+    assert [(s["from_step"], s["to_step"], s["warm_start"], s["interrupted"]) for s in segments] == [
+        (0, 2, True, False), (2, 3, False, False), (3, 4, False, False)]
+    assert segments[0]["wall_seconds"] == first["wall_seconds"]
+    assert final["wall_seconds"] == sum(s["wall_seconds"] for s in segments) > first["wall_seconds"]
+    md = (tmp_path / "report.md").read_text()
+    assert f"wall_seconds = {final['wall_seconds']:.0f} (summed over 3 segments) <= 900" in md
+    assert "| 2 | 2 -> 3 |" in md and "| 3 | 3 -> 4 |" in md
+    assert {p: oct(os.stat(tmp_path / p).st_mode & 0o777) for p in outputs} == {p: "0o644" for p in outputs}
 
 
 def test_profile_step_writes_a_roofline_per_part(tmp_path):

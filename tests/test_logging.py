@@ -246,3 +246,71 @@ def test_close_is_idempotent_and_logging_after_close_fails(tmp_path):
     with pytest.raises(ValueError):
         log.log(2, {"kl": 0.2})
     assert _steps(str(tmp_path / "metrics.jsonl")) == [1]
+
+
+@pytest.fixture
+def umask_022():
+    old = os.umask(0o022)
+    yield
+    os.umask(old)
+
+
+def _mode(path) -> int:
+    return os.stat(path).st_mode & 0o777
+
+
+def test_written_files_get_the_umask_modes_and_rewrites_keep_theirs(tmp_path, umask_022):
+    """Issue 18: atomically written files came out 0600 (mkstemp's mode) under umask 022: config.json,
+    reports, plots, and the step files a resume rewrites."""
+    from grpo_jax.fileio import atomic_write_text
+
+    atomic_write_text(tmp_path / "config.json", "{}")
+    md, js = write_report(str(tmp_path), {"steps": 1}, title="t")
+    (png,) = plot_run([{"step": s, "format_rate": 0.5} for s in (1, 2)], str(tmp_path))
+    for path in (tmp_path / "config.json", md, js, png):
+        assert _mode(path) == 0o644, path
+    os.umask(0o077)
+    atomic_write_text(tmp_path / "private.txt", "x")
+    assert _mode(tmp_path / "private.txt") == 0o600  # the umask decides, not a fixed mode
+    atomic_write_text(tmp_path / "config.json", "{}")
+    assert _mode(tmp_path / "config.json") == 0o644  # a rewritten file keeps its mode
+    os.umask(0o022)
+    _run(str(tmp_path / "run"), range(1, 4))
+    os.chmod(tmp_path / "run" / "samples.jsonl", 0o640)
+    _run(str(tmp_path / "run"), range(2, 3), resume_step=1)  # rewrites the step files atomically
+    assert _mode(tmp_path / "run" / "metrics.jsonl") == 0o644
+    assert _mode(tmp_path / "run" / "samples.jsonl") == 0o640
+
+
+def test_set_aside_moves_a_runs_outputs_and_nothing_else(tmp_path):
+    from grpo_jax.runlog import has_step_rows, set_aside
+
+    _run(str(tmp_path), range(1, 3))
+    (tmp_path / "config.json").write_text("{}")
+    (tmp_path / "checkpoints").mkdir()
+    before = {n: _read_bytes(tmp_path / n) for n in ("metrics.jsonl", "events.jsonl", "config.json")}
+    assert has_step_rows(str(tmp_path))
+    dest = set_aside(str(tmp_path), str(tmp_path / "interrupted"))
+    again = set_aside(str(tmp_path), str(tmp_path / "interrupted"))  # same second: a distinct folder
+    assert dest != again and os.path.dirname(dest) == str(tmp_path / "interrupted")
+    assert {n: _read_bytes(os.path.join(dest, n)) for n in before} == before
+    assert not has_step_rows(str(tmp_path)) and (tmp_path / "checkpoints").is_dir()
+    assert sorted(os.listdir(tmp_path)) == ["checkpoints", "interrupted"]
+
+
+def test_segments_are_summed_across_processes_and_an_interrupted_one_is_estimated(tmp_path):
+    from grpo_jax.runlog import close_segment, open_segment, run_segments
+
+    out = str(tmp_path)
+    open_segment(out, step=0, started_at=1000.0, last_write=None)
+    close_segment(out, from_step=0, to_step=5, started_at=1000.0, wall_seconds=50.0, warm_start=True)
+    open_segment(out, step=5, started_at=2000.0, last_write=2100.0, warm_start=False)  # resumed at 5, then killed
+    open_segment(out, step=7, started_at=3000.0, last_write=2030.0)  # resumed at 7: the killed one ran 30 s
+    close_segment(out, from_step=7, to_step=9, started_at=3000.0, wall_seconds=20.0)
+    segs = run_segments(read_jsonl(str(tmp_path / "events.jsonl")))
+    assert [(s["from_step"], s["to_step"], s["wall_seconds"], s["interrupted"]) for s in segs] == [
+        (0, 5, 50.0, False), (5, 7, 30.0, True), (7, 9, 20.0, False)]
+    assert segs[0]["warm_start"] is True and segs[1]["warm_start"] is False  # kept from its start event
+    open_segment(out, step=0, started_at=4000.0, last_write=None)  # a restart from scratch: a new run
+    close_segment(out, from_step=0, to_step=3, started_at=4000.0, wall_seconds=10.0)
+    assert [s["wall_seconds"] for s in run_segments(read_jsonl(str(tmp_path / "events.jsonl")))] == [10.0]

@@ -264,3 +264,44 @@ def test_presets_param_counts():
     cfg = models.tiny()
     n = sum(x.size for x in jax.tree.leaves(models.init_params(cfg, jax.random.key(0))))
     assert n == cfg.num_params()
+
+
+def _saved_tiny(path, **kw):
+    cfg = models.tiny(**kw)
+    models.save_hf(cfg, models.init_params(cfg, jax.random.key(0)), str(path))
+    return cfg
+
+
+def test_unreadable_weight_files_name_the_file_or_shard(tmp_path):
+    """Issue 18: a truncated or garbage safetensors file raised safetensors' own error naming no file, and a
+    list-shaped config.json or index an AttributeError/TypeError."""
+    import json
+    import os
+
+    _saved_tiny(tmp_path / "m")
+    weights = tmp_path / "m" / "model.safetensors"
+    data = weights.read_bytes()
+    weights.write_bytes(data[: len(data) // 2])
+    with pytest.raises(models.CheckpointError, match=r"m/model\.safetensors: not a readable safetensors file"):
+        models.load_hf(str(tmp_path / "m"))
+    weights.write_bytes(os.urandom(200))
+    with pytest.raises(models.CheckpointError, match=r"m/model\.safetensors: not a readable safetensors file"):
+        models.load_hf(str(tmp_path / "m"))
+    # a sharded checkpoint: the bad shard is the one named
+    _saved_tiny(tmp_path / "s")
+    os.rename(tmp_path / "s" / "model.safetensors", tmp_path / "s" / "model-00001-of-00002.safetensors")
+    (tmp_path / "s" / "model-00002-of-00002.safetensors").write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{garbage")
+    index = tmp_path / "s" / "model.safetensors.index.json"
+    index.write_text(json.dumps({"weight_map": {"model.norm.weight": "model-00001-of-00002.safetensors",
+                                                "lm_head.weight": "model-00002-of-00002.safetensors"}}))
+    with pytest.raises(models.CheckpointError, match=r"model-00002-of-00002\.safetensors: not a readable"):
+        models.load_hf(str(tmp_path / "s"))
+    for shape in ("[]", '{"weight_map": ["a.safetensors"]}', '{"metadata": {}}'):
+        index.write_text(shape)
+        with pytest.raises(models.CheckpointError, match=r"index\.json: not a safetensors index: expected a JSON "
+                                                         r"object with a 'weight_map'"):
+            models.load_hf(str(tmp_path / "s"))
+    (tmp_path / "s" / "config.json").write_text("[1, 2]")
+    with pytest.raises(models.CheckpointError, match=r"s/config\.json: expected a JSON object of model settings "
+                                                     r"\(a transformers config\.json\), got list"):
+        models.load_hf(str(tmp_path / "s"))

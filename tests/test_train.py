@@ -272,3 +272,97 @@ def test_inner_epochs_and_minibatches_count_grpo_steps(tmp_path):
     assert [r["step"] for r in rows] == [1, 2]
     assert rows[0]["num_seqs"] == 2 * 16  # both epochs saw all 16 rows (4 prompts x G=4)
     assert tr.step == 2
+
+
+# ---- issue 18: run folders ----------------------------------------------------------------------------------
+
+def _interrupt_before_first_checkpoint(out, cfg):
+    """What a run killed (Ctrl-C, kill -9) after logging its first step, during its first save, leaves: rows
+    in the step files, an unfinished orbax save, no checkpoint."""
+    tr = train.Trainer(cfg, str(out), quiet=True)
+    metrics, timings, _, histograms = tr.step_once()
+    tr.logger.log(1, metrics, timings=timings, histograms=histograms)
+    tr.logger.close()
+    (out / "checkpoints" / "1.orbax-checkpoint-tmp-1796000000").mkdir(parents=True)
+    assert tr.ckpt.steps() == []
+
+
+def _events(out):
+    from grpo_jax.runlog import read_jsonl
+
+    return read_jsonl(str(out / "events.jsonl"))
+
+
+def test_interrupted_before_its_first_checkpoint_restarts_keeping_the_old_logs(tmp_path):
+    """Issue 18: neither --resume nor a plain rerun could use such a folder (FileExistsError: "pass
+    resume_step=k", a parameter the command line does not have)."""
+    cfg = tiny_config("steps=2", "checkpoint.every=0")
+    train.Trainer(cfg, str(tmp_path / "straight"), quiet=True).run()
+    for name, resume in (("resumed", True), ("rerun", False)):
+        out = tmp_path / name
+        _interrupt_before_first_checkpoint(out, cfg)
+        old = {f: (out / f).read_bytes() for f in ("metrics.jsonl", "events.jsonl", "config.json")}
+        with pytest.warns(RuntimeWarning, match="stopped before its first checkpoint .* moved to"):
+            tr = train.Trainer(cfg, str(out), resume=resume, quiet=True)
+        assert tr.run()["steps"] == 2
+        assert (out / "metrics.jsonl").read_bytes() == (tmp_path / "straight" / "metrics.jsonl").read_bytes(), name
+        (kept,) = (out / "interrupted").iterdir()
+        assert {f: (kept / f).read_bytes() for f in old} == old, name  # nothing of the first attempt is lost
+        assert _events(out)[0]["kind"] == "restart" and _events(out)[0]["previous_logs"] == str(kept)
+    # a folder with checkpoints is never restarted over: the message names the flags that continue it
+    with pytest.raises(FileExistsError, match=r"checkpoints at steps \[2\].*--resume.*--rollback-to"):
+        train.Trainer(cfg, str(tmp_path / "straight"), quiet=True)
+
+
+def test_resume_with_nothing_to_resume_says_so(tmp_path):
+    with pytest.warns(RuntimeWarning, match="--resume: .* has no checkpoint to resume from .*starting a new run"):
+        tr = train.Trainer(tiny_config(), str(tmp_path), resume=True, quiet=True)
+    tr.logger.close()
+    assert [e["kind"] for e in _events(tmp_path)][:2] == ["resume_nothing", "data"]
+
+
+def test_model_vocabulary_smaller_than_the_tokenizers_is_an_error_naming_both(tmp_path):
+    """Issue 18: JAX clamps out-of-range ids in the embedding lookup, so this trained silently on garbage."""
+    import models
+    from grpo_jax.tasks import get_task
+
+    n_ids = get_task("arithmetic").tokenizer().vocab_size
+    for name, vocab in (("small", n_ids - 5), ("padded", n_ids + 6)):
+        cfg = models.tiny(vocab_size=vocab)
+        models.save_hf(cfg, models.init_params(cfg, jax.random.key(0)), str(tmp_path / name))
+    with pytest.raises(ValueError, match=rf"vocab_size {n_ids - 5} \(config\.json\), smaller than the {n_ids} ids "
+                                         rf"of CharTokenizer.*ids {n_ids - 5}\.\.{n_ids - 1} would be clamped"):
+        train.Trainer(tiny_config(f"model.hf_path={tmp_path / 'small'}"), str(tmp_path / "run1"), quiet=True)
+    tr = train.Trainer(tiny_config(f"model.hf_path={tmp_path / 'padded'}"), str(tmp_path / "run2"), quiet=True)
+    assert tr.actor.model_cfg.vocab_size == n_ids + 6  # a larger (padded) vocabulary is fine
+    tr.logger.close()
+
+
+def test_rejected_weights_file_is_logged_in_events(tmp_path):
+    """Issue 18: a rejected hot reload showed only on stderr."""
+    wfile = tmp_path / "weights.json"
+    wfile.write_text('{"math": "heavy"}')
+    tr = train.Trainer(tiny_config("steps=1", f"rewards.weights.weights_file={wfile}"), str(tmp_path / "run"),
+                       quiet=True)
+    with pytest.warns(UserWarning, match="ignored at step 0"):
+        tr.step_once()
+    tr.logger.close()
+    (event,) = [e for e in _events(tmp_path / "run") if e["kind"] == "reward_weights_rejected"]
+    assert event["step"] == 0 and event["file"] == str(wfile)
+    assert "weight of 'math' must be a finite number" in event["problem"] and event["kept"]["math"] == 1.0
+
+
+def test_fallback_from_a_truncated_checkpoint_warns_once_without_event_loop_tracebacks(tmp_path):
+    """Issue 18: the abandoned reads of the bad step printed ~28 "RuntimeError: Event loop is closed"
+    tracebacks (only in a process that goes on working, hence the subprocess)."""
+    train.Trainer(tiny_config("steps=2"), str(tmp_path), quiet=True).run()
+    state = tmp_path / "checkpoints" / "2" / "state"
+    shards = [os.path.join(d, f) for d, _, fs in os.walk(state) for f in fs if os.path.basename(d) == "d"]
+    assert shards
+    for path in shards:
+        os.truncate(path, os.path.getsize(path) // 2)
+    out = subprocess.run(_run(tmp_path, "steps=3") + ["--resume"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stderr.count("trying an older checkpoint") == 1
+    assert "Event loop is closed" not in out.stderr and "Traceback" not in out.stderr, out.stderr[-3000:]

@@ -23,8 +23,12 @@ class JsonlMathTask:
     required_fields: tuple[str, ...] = ("prompt", "answer")
 
     def generate(self, split: str, n: int, seed: int) -> list[Row]:
-        raise ValueError("task 'jsonl_math' has no generator: set task.train_path (and task.eval_path for the "
-                         "held-out rows) to JSONL files of {\"prompt\", \"answer\"} rows")
+        fix = {"train": "set task.train_path to a JSONL file of them",
+               "heldout": "set task.eval_path to a JSONL file of them (or task.n_eval=0 to evaluate nothing)"}
+        raise ValueError(f"task 'jsonl_math' generates no rows, and the {split!r} split was asked for "
+                         f"({n} rows): " + fix.get(split, "this launcher needs a task that generates rows "
+                                                        "(e.g. arithmetic), or rows read from files")
+                         + ' ({"prompt", "answer"} rows)')
 
     def solution(self, row: Row) -> str:
         if "solution" not in row:
