@@ -95,11 +95,14 @@ def summarize(rows: list[dict]) -> dict:
     train = [r for r in rows if "entropy/mean" in r]
     evals = [r for r in rows if "eval/accuracy" in r]
     fit = fit_entropy_law([r["entropy/mean"] for r in train], [r["reward/math/mean"] for r in train])
-    return {"accuracy_start": evals[0]["eval/accuracy"], "accuracy_final": evals[-1]["eval/accuracy"],
-            "accuracy_best": max(r["eval/accuracy"] for r in evals),
-            "entropy_first": train[0]["entropy/mean"], "entropy_final": last_mean(rows, "entropy/mean", 10),
-            "entropy_p50_first": train[0]["entropy/p50"], "entropy_p50_final": last_mean(rows, "entropy/p50", 10),
-            **fit}
+    out = {"accuracy_start": evals[0]["eval/accuracy"], "accuracy_final": evals[-1]["eval/accuracy"],
+           "accuracy_best": max(r["eval/accuracy"] for r in evals),
+           "entropy_first": train[0]["entropy/mean"], "entropy_final": last_mean(rows, "entropy/mean", 10),
+           "entropy_p50_first": train[0]["entropy/p50"], "entropy_p50_final": last_mean(rows, "entropy/p50", 10),
+           **fit}
+    out["entropy_ratio"] = out["entropy_final"] / out["entropy_first"]
+    out["entropy_p50_ratio"] = out["entropy_p50_final"] / out["entropy_p50_first"]
+    return out
 
 
 CONTROLS_NEEDED = 2  # controls that must hold entropy and accuracy on every seed
@@ -145,8 +148,8 @@ def main(argv=None) -> dict:
                       summarize_only=args.summarize_only)
     study["verdict"] = verdict(study["results"])
     study["settings"] = {"lr": LR, "beta_higher_kl": BETA, "steps": cfg.steps, "rewards": REWARDS}
-    plots = [plot_curves(out, arms, "entropy/mean", "mean token entropy (nats)", "entropy"),
-             plot_curves(out, arms, "entropy/p50", "median token entropy (nats)", "entropy_median"),
+    plots = [plot_curves(out, arms, "entropy/mean", "mean token entropy (nats)", "entropy", log=True),
+             plot_curves(out, arms, "entropy/p50", "median token entropy (nats)", "entropy_median", log=True),
              plot_curves(out, arms, "eval/accuracy", "held-out accuracy", "accuracy"),
              plot_curves(out, arms, "reward/math/adv_corr", "corr(correctness, A)", "adv_corr_math")]
     notes = (f"3-digit addition; warm start to 30% validation accuracy per seed (shared by the arms); then {cfg.steps} "
@@ -160,7 +163,9 @@ def main(argv=None) -> dict:
               f"every seed with accuracy no lower than `none`: {sorted(v['controls']) or 'none'} (needed "
               f"{CONTROLS_NEEDED}); pause_rollback paused, rolled back and recovered on every seed: "
               f"{v['pause_rollback']}. Holds: {v['holds']}.")
-    write_study(out, study, title="Entropy collapse and its controls", columns=columns, plots=plots, notes=notes)
+    write_study(out, study, title="Entropy collapse and its controls", columns=columns, plots=plots, notes=notes,
+                seed_columns=["accuracy_start", "accuracy_final", "entropy_ratio", "entropy_p50_ratio", "paused_at",
+                              "rolled_back_to"])
     print(open(os.path.join(out, "results.md")).read())
     return study
 

@@ -156,10 +156,12 @@ def table(results: dict, columns: list[str]) -> str:
     return "\n".join(lines)
 
 
-def plot_curves(out: str, arms, key: str, ylabel: str, name: str) -> str:
-    """One line per arm of a metric against the step: the mean over seeds, with a band of +- one std."""
+def plot_curves(out: str, arms, key: str, ylabel: str, name: str, *, log: bool = False) -> str:
+    """One line per arm of a metric against the step: the mean over seeds, with a band of +- one std
+    (log: a log axis, with the geometric mean and a band of x/÷ the geometric std: entropies span decades).
+    Arms past the tenth get dashed lines: the colour cycle has ten colours."""
     fig, ax = plt.subplots(figsize=(7, 4))
-    for arm in arms:
+    for i, arm in enumerate(arms):
         curves = []
         arm_dir = os.path.join(out, arm)
         for seed_dir in sorted(os.listdir(arm_dir)) if os.path.isdir(arm_dir) else []:
@@ -170,10 +172,17 @@ def plot_curves(out: str, arms, key: str, ylabel: str, name: str) -> str:
         if n:
             steps = [s for s, _ in curves[0][:n]]
             values = np.array([[v for _, v in c[:n]] for c in curves], float)
-            mean, std = values.mean(axis=0), values.std(axis=0)
-            (line,) = ax.plot(steps, mean, label=arm)
+            if log:
+                logs = np.log(np.maximum(values, 1e-12))
+                mean, lo, hi = (np.exp(logs.mean(0) + k * logs.std(0)) for k in (0, -1, 1))
+            else:
+                mean, std = values.mean(axis=0), values.std(axis=0)
+                lo, hi = mean - std, mean + std
+            (line,) = ax.plot(steps, mean, label=arm, linestyle="-" if i < 10 else "--")
             if len(curves) > 1:
-                ax.fill_between(steps, mean - std, mean + std, color=line.get_color(), alpha=0.15, linewidth=0)
+                ax.fill_between(steps, lo, hi, color=line.get_color(), alpha=0.15, linewidth=0)
+    if log:
+        ax.set_yscale("log")
     ax.set_xlabel("step")
     ax.set_ylabel(ylabel)
     ax.grid(alpha=0.3)
@@ -186,8 +195,23 @@ def plot_curves(out: str, arms, key: str, ylabel: str, name: str) -> str:
     return path
 
 
-def write_study(out: str, study: dict, *, title: str, columns: list[str], plots: list[str], notes: str) -> None:
+def seed_table(results: dict, columns: list[str]) -> str:
+    """Markdown table: one row per (arm, seed) with the raw figures (what the per-seed verdicts compare)."""
+    lines = ["| arm | seed | " + " | ".join(columns) + " |", "|---|---|" + "---|" * len(columns)]
+    for arm, runs in results.items():
+        for r in runs:
+            cells = [f"{r[c]:.3f}" if isinstance(r.get(c), float) else str(r.get(c)) for c in columns]
+            lines.append(f"| {arm} | {r['seed']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def write_study(out: str, study: dict, *, title: str, columns: list[str], plots: list[str], notes: str,
+                seed_columns: list[str] = ()) -> None:
+    """results.md (notes, mean +- std over seeds per arm, the per-seed figures of `seed_columns`, plots)
+    and results.json."""
     md = [f"# {title}", "", notes, "", table(study["results"], columns), ""]
+    if seed_columns:
+        md += ["Per seed:", "", seed_table(study["results"], list(seed_columns)), ""]
     md += [f"![{os.path.basename(p)}](plots/{os.path.basename(p)})" for p in plots]
     atomic_write_text(os.path.join(out, "results.md"), "\n".join(md) + "\n")
     atomic_write_text(os.path.join(out, "results.json"), json.dumps(study, indent=2, sort_keys=True, default=float))
