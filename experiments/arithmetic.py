@@ -1,5 +1,5 @@
 """The default experiment: a from-scratch model learns 3-digit addition, supervised to a weak baseline,
-then improved by GRPO with correctness + format rewards. 2 CPU cores, no network, 8-11 minutes.
+then improved by GRPO with correctness + format rewards. 2 CPU cores, no network, 5-15 minutes (machine-dependent; README).
 
     python experiments/arithmetic.py                          # writes runs/arithmetic/report.md
     python experiments/arithmetic.py --seed 1 --out runs/arith-s1
