@@ -30,8 +30,67 @@ TINY = [
 ]
 
 
+# Issue 19: with TINY alone the random model scores 0 on every completion, every advantage is 0, and loss,
+# grad_norm and the param update are exactly 0, so comparing two runs compares zeros. A length reward (the
+# sampler's token count, `response_length`, against a target of 6 of the 12 new tokens) differs within
+# groups whose completions stop at different lengths, which gives a real gradient at every step.
+LENGTH_TARGET = 6
+SIGNAL = [
+    "rewards.specs=" + json.dumps([
+        {"name": "math", "weight": 1.0},
+        {"name": "format", "weight": 0.1, "kwargs": {"require_answer_tag": True}},
+        {"name": "length", "weight": 1.0, "kwargs": {"target": LENGTH_TARGET}},
+    ]),
+]
+
+
 def tiny_config(*extra: str) -> TrainConfig:
     return override(TrainConfig(), TINY + list(extra))
+
+
+def signal_config(*extra: str) -> TrainConfig:
+    return tiny_config(*SIGNAL, *extra)
+
+
+def _assert_real_signal(grad_norms, skipped=None):
+    """Every step had a non-zero gradient (and, when given, no step was skipped)."""
+    assert len(grad_norms) > 0
+    assert all(np.isfinite(g) and g > 0 for g in grad_norms), grad_norms
+    if skipped is not None:
+        assert all(s == 0 for s in skipped), skipped
+
+
+def _assert_rows_have_signal(metrics_path):
+    from grpo_jax.runlog import read_jsonl
+
+    rows = read_jsonl(str(metrics_path))
+    _assert_real_signal([r["grad_norm"] for r in rows], [r["skipped"] for r in rows])
+    return rows
+
+
+def _assert_moved(before, after, at_least=1e-4):
+    """Some param moved by more than `at_least` (an Adam step at lr 3e-3 moves a weight by ~3e-3)."""
+    assert len(before) == len(after)
+    moved = max(float(np.max(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64))))
+                for a, b in zip(after, before))
+    assert moved > at_least, f"params moved by at most {moved}"
+
+
+def _assert_same_update(actual, desired, initial):
+    """Params after the same updates on two layouts agree: each leaf's difference is <= 1e-4 of the update
+    in norm, no element is off by more than 1e-4 (an Adam step at lr 3e-3 moves almost every element by
+    ~2e-3 to 3e-3 per step), and at most 0.1% of elements are off by more than 1e-5. Only the last is looser
+    than atol=1e-5 everywhere: Adam divides by sqrt(v), so an element whose gradient is ~1e-8 (reduction order
+    noise of the same size) can land ~1e-5 away; one of the 12,288 qkv weights does on the 2x2x2 mesh."""
+    assert len(actual) == len(desired) == len(initial)
+    for i, (a, b, x) in enumerate(zip(actual, desired, initial)):
+        a, b, x = (np.asarray(v, np.float64) for v in (a, b, x))
+        assert a.shape == b.shape == x.shape, (i, a.shape, b.shape, x.shape)
+        diff, update = np.abs(a - b), np.linalg.norm(b - x)
+        assert update > 0, f"leaf {i} did not move"
+        assert np.linalg.norm(a - b) <= 1e-4 * update, (i, np.linalg.norm(a - b), update)
+        assert diff.max() <= 1e-4, (i, diff.max())
+        assert (diff > 1e-5).mean() <= 1e-3, (i, int((diff > 1e-5).sum()), diff.size)
 
 
 def _leaves(tree):
@@ -74,19 +133,31 @@ def _run(out, *extra):
 
 
 def test_same_seed_same_metrics_different_seed_different(tmp_path):
-    streams = []
+    streams, finals = [], []
     for name, seed in (("a", 1), ("b", 1), ("c", 2)):
-        train.Trainer(tiny_config(f"seed={seed}"), str(tmp_path / name), quiet=True).run()
+        tr = train.Trainer(signal_config(f"seed={seed}"), str(tmp_path / name), quiet=True)
+        before = _leaves(tr.state.params)
+        tr.run()
+        _assert_rows_have_signal(tmp_path / name / "metrics.jsonl")
+        finals.append(_leaves(tr.state.params))
+        _assert_moved(before, finals[-1])
         streams.append((tmp_path / name / "metrics.jsonl").read_bytes())
     assert streams[0] == streams[1]
     assert streams[0] != streams[2]
+    for a, b in zip(finals[0], finals[1]):
+        np.testing.assert_array_equal(a, b)
+    assert any(a.shape != c.shape or (a != c).any() for a, c in zip(finals[0], finals[2]))
+
+
+KILL_SEED = 19
 
 
 def test_kill_minus_9_then_resume_is_bitwise_identical(tmp_path):
     steps = 6
-    extra = (f"steps={steps}",)
+    extra = (*SIGNAL, f"steps={steps}")
     subprocess.run(_run(tmp_path / "straight", *extra), check=True, cwd=ROOT, timeout=600)
-    kill_after = int(np.random.default_rng().integers(1, steps))  # a random step, as the issue asks
+    # a random step (as the issue asks), seeded so that a failure reproduces
+    kill_after = int(np.random.default_rng(KILL_SEED).integers(1, steps - 1))
     proc = subprocess.Popen(_run(tmp_path / "killed", *extra), cwd=ROOT)
     ckpts = tmp_path / "killed" / "checkpoints"
     deadline = time.time() + 600
@@ -97,19 +168,28 @@ def test_kill_minus_9_then_resume_is_bitwise_identical(tmp_path):
         time.sleep(0.05)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
+    # the kill landed mid-run: the process died of the SIGKILL, after step kill_after and before the last step
+    assert proc.returncode == -signal.SIGKILL, proc.returncode
+    done = [int(p) for p in os.listdir(ckpts) if p.isdigit()]
+    assert kill_after <= max(done) < steps, (kill_after, done)
     subprocess.run(_run(tmp_path / "killed", *extra) + ["--resume"], check=True, cwd=ROOT, timeout=600)
     from grpo_jax.checkpoint import Checkpointer
 
     finals = []
     for name in ("straight", "killed"):
-        tr = train.Trainer(tiny_config(*extra), str(tmp_path / f"probe-{name}"), quiet=True)
+        tr = train.Trainer(signal_config(*extra), str(tmp_path / f"probe-{name}"), quiet=True)
+        initial = _leaves(tr.state.params)  # the params a resume that rebuilt them from the seed would have
         ck = Checkpointer(str(tmp_path / name / "checkpoints"))
         target = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), tr.state)
         state, _, step = ck.restore(target)
+        ck.close()
         assert step == steps
+        _assert_moved(initial, _leaves(state.params))
         finals.append(_leaves(state.params) + _leaves(state.opt_state))
     for a, b in zip(*finals):
         np.testing.assert_array_equal(a, b)
+    rows = _assert_rows_have_signal(tmp_path / "straight" / "metrics.jsonl")
+    assert [r["step"] for r in rows] == list(range(1, steps + 1))
     assert (tmp_path / "straight" / "metrics.jsonl").read_bytes() == (tmp_path / "killed" / "metrics.jsonl").read_bytes()
 
 
@@ -199,34 +279,44 @@ MESH_SCRIPT = textwrap.dedent("""
     from grpo_jax.config import TrainConfig, override
     items = json.loads(sys.argv[1])
     tr = train.Trainer(override(TrainConfig(), items), sys.argv[2], quiet=True)
-    losses = [tr.step_once()[0]["loss"] for _ in range(2)]
+    initial = [np.asarray(x).tolist() for x in jax.tree.leaves(tr.state.params)]
+    metrics = [tr.step_once()[0] for _ in range(2)]
     qkv = tr.state.params["layers"][0]["qkv"]
-    print(json.dumps({"losses": losses, "spec": str(qkv.sharding.spec), "devices": len(qkv.sharding.device_set),
+    print(json.dumps({"losses": [m["loss"] for m in metrics], "grad_norms": [m["grad_norm"] for m in metrics],
+                      "skipped": [m["skipped"] for m in metrics], "spec": str(qkv.sharding.spec),
+                      "devices": len(qkv.sharding.device_set), "initial": initial,
                       "params": [np.asarray(x).tolist() for x in jax.tree.leaves(tr.state.params)]}))
 """)
 
 
 def _mesh_run(tmp_path, name, devices, *extra):
     env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}", JAX_PLATFORMS="cpu")
-    items = TINY + ["model.n_heads=4", "model.n_kv_heads=4", "model.head_dim=16", "model.d_model=64"] + list(extra)
+    items = TINY + SIGNAL + ["model.n_heads=4", "model.n_kv_heads=4", "model.head_dim=16", "model.d_model=64"]
+    items += list(extra)
     out = subprocess.run([sys.executable, "-c", MESH_SCRIPT, json.dumps(items), str(tmp_path / name)], env=env,
                          capture_output=True, text=True, timeout=900, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-3000:]
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    # two real updates: a gradient at both steps, and params that moved well beyond the 1e-5 compared below
+    _assert_real_signal(result["grad_norms"], result["skipped"])
+    _assert_moved(result["initial"], result["params"])
+    return result
 
 
 def test_2x2x2_mesh_matches_single_device(tmp_path):
     one = _mesh_run(tmp_path, "one", 1, "mesh.data=1")
     many = _mesh_run(tmp_path, "many", 8, "mesh.data=2", "mesh.fsdp=2", "mesh.tensor=2")
     assert many["devices"] == 8 and "tensor" in many["spec"] and "fsdp" in many["spec"], many["spec"]
+    for a, b in zip(many["initial"], one["initial"]):  # the same start, so the comparison below is of the updates
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     np.testing.assert_allclose(many["losses"], one["losses"], atol=1e-5)
-    for a, b in zip(many["params"], one["params"]):
-        np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-5)
+    np.testing.assert_allclose(many["grad_norms"], one["grad_norms"], rtol=1e-4, atol=1e-5)
+    _assert_same_update(many["params"], one["params"], one["initial"])
 
 
 DIST_SCRIPT = textwrap.dedent("""
     import json, sys
-    import jax
+    import jax, numpy as np
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
     jax.config.update("jax_num_cpu_devices", 2)
     pid, port, items, out = int(sys.argv[1]), sys.argv[2], json.loads(sys.argv[3]), sys.argv[4]
@@ -235,8 +325,12 @@ DIST_SCRIPT = textwrap.dedent("""
     from grpo_jax.config import TrainConfig, override
     assert jax.device_count() == 4 and jax.local_device_count() == 2
     tr = train.Trainer(override(TrainConfig(), items), out, quiet=True)
-    losses = [tr.step_once()[0]["loss"] for _ in range(2)]
-    print(json.dumps({"losses": losses, "pid": pid}))
+    metrics = [tr.step_once()[0] for _ in range(2)]
+    leaves = jax.tree.leaves(tr.state.params)
+    assert all(x.is_fully_replicated for x in leaves)  # a data-only mesh: every process holds whole params
+    params = [np.asarray(x.addressable_shards[0].data).tolist() for x in leaves]
+    print(json.dumps({"losses": [m["loss"] for m in metrics], "grad_norms": [m["grad_norm"] for m in metrics],
+                      "skipped": [m["skipped"] for m in metrics], "params": params, "pid": pid}))
 """)
 
 
@@ -244,31 +338,42 @@ def test_two_processes_with_jax_distributed_match_one_process(tmp_path):
     """Two CPU processes x 2 devices (a stand-in for a pod) run 2 steps and agree with one process."""
     import socket
 
-    items = TINY + ["model.n_heads=4", "model.n_kv_heads=4", "model.head_dim=16", "model.d_model=64"]
+    items = TINY + SIGNAL + ["model.n_heads=4", "model.n_kv_heads=4", "model.head_dim=16", "model.d_model=64"]
     one = _mesh_run(tmp_path, "one", 1, "mesh.data=1")
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     env = dict(os.environ, JAX_PLATFORMS="cpu")
     env.pop("XLA_FLAGS", None)
-    procs = [subprocess.Popen([sys.executable, "-c", DIST_SCRIPT, str(i), str(port), json.dumps(items + ["mesh.data=4"]),
-                               str(tmp_path / "dist")], env=env, cwd=ROOT, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for i in range(2)]
-    outs = [p.communicate(timeout=900) for p in procs]
-    for p, (so, se) in zip(procs, outs):
-        assert p.returncode == 0, se[-3000:]
-    results = [json.loads(so.strip().splitlines()[-1]) for so, _ in outs]
+    # output to files, not pipes: the params printed are bigger than a pipe's buffer, and a process blocked
+    # writing to an unread pipe never reaches jax.distributed's shutdown barrier, where the other one waits
+    logs = [(tmp_path / f"dist-{i}.out", tmp_path / f"dist-{i}.err") for i in range(2)]
+    procs = []
+    for i, (so, se) in enumerate(logs):
+        with open(so, "w") as fo, open(se, "w") as fe:
+            procs.append(subprocess.Popen([sys.executable, "-c", DIST_SCRIPT, str(i), str(port),
+                                           json.dumps(items + ["mesh.data=4"]), str(tmp_path / "dist")],
+                                          env=env, cwd=ROOT, stdout=fo, stderr=fe, text=True))
+    for p in procs:
+        p.wait(timeout=900)
+    for p, (_, se) in zip(procs, logs):
+        assert p.returncode == 0, se.read_text()[-3000:]
+    results = [json.loads(so.read_text().strip().splitlines()[-1]) for so, _ in logs]
+    assert sorted(r["pid"] for r in results) == [0, 1]
     for r in results:
+        _assert_real_signal(r["grad_norms"], r["skipped"])
         np.testing.assert_allclose(r["losses"], one["losses"], atol=1e-5)
+        np.testing.assert_allclose(r["grad_norms"], one["grad_norms"], rtol=1e-4, atol=1e-5)
+        _assert_same_update(r["params"], one["params"], one["initial"])
 
 
 def test_inner_epochs_and_minibatches_count_grpo_steps(tmp_path):
     """mu = 2 epochs x 2 minibatches = 4 optimizer updates per GRPO step; steps still count rollouts."""
-    tr = train.Trainer(tiny_config("steps=2", "mu=2", "minibatches=2", "microbatches=2"), str(tmp_path), quiet=True)
+    tr = train.Trainer(signal_config("steps=2", "mu=2", "minibatches=2", "microbatches=2"), str(tmp_path), quiet=True)
+    before = _leaves(tr.state.params)
     tr.run()
-    from grpo_jax.runlog import read_jsonl
-
-    rows = read_jsonl(str(tmp_path / "metrics.jsonl"))
+    rows = _assert_rows_have_signal(tmp_path / "metrics.jsonl")
+    _assert_moved(before, _leaves(tr.state.params))
     assert [r["step"] for r in rows] == [1, 2]
     assert rows[0]["num_seqs"] == 2 * 16  # both epochs saw all 16 rows (4 prompts x G=4)
     assert tr.step == 2
