@@ -143,8 +143,7 @@ def main(argv=None) -> dict:
     events = runlog.read_jsonl(trainer.logger.path("events"))
     segments = runlog.run_segments(events)
     if not sft:
-        fresh = [i for i, e in enumerate(events) if e["kind"] == "segment_start" and e["from_step"] == 0]
-        warm = [e for e in events[fresh[-1] if fresh else 0:] if e["kind"] == "warm_start"]
+        warm = [e for e in runlog.current_run(events) if e["kind"] == "warm_start"]
         sft = warm[-1] if warm else {}
     segments.append({"from_step": first_step, "to_step": trainer.step, "wall_seconds": wall_now,
                      "warm_start": first_step == 0, "interrupted": False})

@@ -44,6 +44,14 @@ def _fail(cls: str, field: str, msg: str) -> None:
     raise ValueError(f"{cls}.{field}: {msg}")
 
 
+def _at_least(obj: typing.Any, fields: tuple[str, ...], lo: int, why: str = "") -> None:
+    """Each of `fields` of the config `obj` must be >= lo (`why`: what the bound means, for the message)."""
+    for f in fields:
+        value = getattr(obj, f)
+        if value < lo:
+            _fail(type(obj).__name__, f, f"must be >= {lo}{why}, got {value}")
+
+
 def _check_choice(cls: str, field: str, value: str, known: tuple[str, ...]) -> None:
     if value not in known:
         _fail(cls, field, f"unknown value {value!r}; known: {', '.join(known)}")
@@ -551,13 +559,9 @@ class CheckpointConfig:
     best_metric: str = "eval/accuracy"  # metric ranking the kept-best checkpoints (higher is better)
 
     def __post_init__(self):
-        if self.every < 0:
-            _fail("CheckpointConfig", "every", f"must be >= 0 (N = every N steps, 0 = only at the end), "
-                                               f"got {self.every}")
-        if self.keep_last < 1:
-            _fail("CheckpointConfig", "keep_last", f"must be >= 1 (a resume needs the newest), got {self.keep_last}")
-        if self.keep_best < 0:
-            _fail("CheckpointConfig", "keep_best", f"must be >= 0, got {self.keep_best}")
+        _at_least(self, ("every",), 0, " (N = every N steps, 0 = only at the end)")
+        _at_least(self, ("keep_last",), 1, " (a resume needs the newest)")
+        _at_least(self, ("keep_best",), 0)
         if self.keep_best and not self.best_metric:
             _fail("CheckpointConfig", "best_metric", f"must name a metric when keep_best = {self.keep_best}")
 
@@ -570,11 +574,8 @@ class LoggingConfig:
     progress: bool = True  # live progress bar on stderr
 
     def __post_init__(self):
-        if self.eval_every < 0:
-            _fail("LoggingConfig", "eval_every", f"must be >= 0 (N = every N steps, 0 = only at the end), "
-                                                 f"got {self.eval_every}")
-        if self.samples_per_step < 0:
-            _fail("LoggingConfig", "samples_per_step", f"must be >= 0, got {self.samples_per_step}")
+        _at_least(self, ("eval_every",), 0, " (N = every N steps, 0 = only at the end)")
+        _at_least(self, ("samples_per_step",), 0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -609,12 +610,8 @@ class TrainConfig:
             if isinstance(value, bool) or not isinstance(value, numbers.Integral):
                 _fail("TrainConfig", f, f"must be an integer, got {value!r} ({type(value).__name__})")
             object.__setattr__(self, f, int(value))
-        for f in ("steps", "prompts_per_step", "mu", "minibatches", "microbatches"):
-            if getattr(self, f) < 1:
-                _fail("TrainConfig", f, f"must be >= 1, got {getattr(self, f)}")
-        for f in ("seed", "ref_reset_every"):
-            if getattr(self, f) < 0:
-                _fail("TrainConfig", f, f"must be >= 0, got {getattr(self, f)}")
+        _at_least(self, ("steps", "prompts_per_step", "mu", "minibatches", "microbatches"), 1)
+        _at_least(self, ("seed", "ref_reset_every"), 0)
         rows = self.prompts_per_step * self.sampling.group_size
         if rows % (self.minibatches * self.microbatches):
             _fail("TrainConfig", "minibatches",

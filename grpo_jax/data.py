@@ -232,14 +232,18 @@ def filter_by_pass_rate(rows: Sequence[Row], lo: float, hi: float) -> tuple[list
     return kept, report
 
 
+def _no_rows(path: str, setting: str, task, hint: str = "") -> DataError:
+    return DataError(f"{path}: no rows (the file is empty or blank); {setting} must name a JSONL file with one "
+                     f"JSON object per line, fields {list(task.required_fields)}{hint}")
+
+
 def load_task_data(task, cfg: TaskConfig, seed: int) -> tuple[list[Row], list[Row], dict[str, Any]]:
     """(training rows, held-out rows, data report) of a run: JSONL files when the config names them, else
     rows the task generates; the training rows pass the pass-rate band filter when one is set."""
     if cfg.train_path:
         rows = load_jsonl(cfg.train_path, required=task.required_fields)
         if not rows:
-            raise DataError(f"{cfg.train_path}: no rows (the file is empty or blank); task.train_path must name a "
-                            f"JSONL file with one JSON object per line, fields {list(task.required_fields)}")
+            raise _no_rows(cfg.train_path, "task.train_path", task)
     else:
         rows = task.generate("train", cfg.n_train, seed)
     report: dict[str, Any] = {"rows": len(rows), "strata": strata_summary(rows)}
@@ -252,9 +256,7 @@ def load_task_data(task, cfg: TaskConfig, seed: int) -> tuple[list[Row], list[Ro
     if cfg.eval_path:
         eval_rows = load_jsonl(cfg.eval_path, required=task.required_fields)[: cfg.n_eval]
         if not eval_rows and cfg.n_eval:
-            raise DataError(f"{cfg.eval_path}: no rows (the file is empty or blank); task.eval_path must name a "
-                            f"JSONL file with one JSON object per line, fields {list(task.required_fields)} "
-                            "(or set task.n_eval=0 to evaluate nothing)")
+            raise _no_rows(cfg.eval_path, "task.eval_path", task, " (or set task.n_eval=0 to evaluate nothing)")
     else:
         eval_rows = task.generate("heldout", cfg.n_eval, seed) if cfg.n_eval else []
     return rows, eval_rows, report

@@ -103,7 +103,7 @@ class RunLogger:
 
     def event(self, step: int, kind: str, **info: Any) -> None:
         """Something that happened once: pause, rollback, branch, weight change, warning, resume, ..."""
-        self._write("events", [{"wall_time": time.time(), **info, "step": int(step), "kind": kind}])
+        self._write("events", [_event_row(step, kind, info)])
 
     def close(self) -> None:
         """Flushes and closes everything; safe to call twice."""
@@ -243,10 +243,14 @@ def last_write_time(out_dir: str) -> float | None:
     return max(times) if times else None
 
 
+def _event_row(step: int, kind: str, info: dict) -> Row:
+    return {"wall_time": time.time(), **info, "step": int(step), "kind": kind}
+
+
 def append_event(out_dir: str, step: int, kind: str, **info: Any) -> None:
     """One events.jsonl row, as `RunLogger.event` writes it, also when no logger is open (e.g. after run())."""
     with open(os.path.join(out_dir, "events.jsonl"), "a", encoding="utf-8", newline="\n") as f:
-        f.write(_dumps({"wall_time": time.time(), **info, "step": int(step), "kind": kind}) + "\n")
+        f.write(_dumps(_event_row(step, kind, info)) + "\n")
 
 
 def open_segment(out_dir: str, *, step: int, started_at: float, last_write: float | None, **info: Any) -> None:
@@ -272,11 +276,16 @@ def close_segment(out_dir: str, *, from_step: int, to_step: int, started_at: flo
                  wall_seconds=wall_seconds, interrupted=False, started_at=started_at, **info)
 
 
-def run_segments(events: list[Row]) -> list[Row]:
-    """The "segment" events of the run now in the folder: those after its last start at step 0 (a restart
-    from scratch begins a new run; the segments of the abandoned one are not its own)."""
+def current_run(events: list[Row]) -> list[Row]:
+    """The events of the run now in the folder: those from its last segment start at step 0 on (a restart
+    from scratch begins a new run; the events of the abandoned one are not its own)."""
     fresh = [i for i, e in enumerate(events) if e.get("kind") == "segment_start" and e.get("from_step") == 0]
-    return [e for e in events[fresh[-1] if fresh else 0:] if e.get("kind") == "segment"]
+    return events[fresh[-1] if fresh else 0:]
+
+
+def run_segments(events: list[Row]) -> list[Row]:
+    """The "segment" events of the run now in the folder (`current_run`)."""
+    return [e for e in current_run(events) if e.get("kind") == "segment"]
 
 
 # ---- JSONL files ----------------------------------------------------------------------------------------

@@ -37,10 +37,20 @@ class CheckpointError(ValueError):
 # config.json <-> ModelConfig
 # --------------------------------------------------------------------------------------------------
 
+def _read_json(path: str) -> Any:
+    """A checkpoint's JSON file (config.json, the safetensors index); errors name the file."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError) as e:  # ValueError: bad JSON or not UTF-8
+        raise CheckpointError(f"{path}: cannot read as JSON ({e})") from None
+
+
 def config_from_hf(hf: dict[str, Any], *, where: str = "config.json") -> ModelConfig:
     """Translate a transformers config dict (5.x `rope_parameters` or 4.x `rope_theta`/`rope_scaling`)."""
     if not isinstance(hf, dict):
-        raise CheckpointError(f"{where}: expected a JSON object of model settings, got {type(hf).__name__}")
+        raise CheckpointError(f"{where}: expected a JSON object of model settings (a transformers config.json), "
+                              f"got {type(hf).__name__}")
     archs = hf.get("architectures") or []
     arch = next((ARCHITECTURES[a] for a in archs if a in ARCHITECTURES), None)
     if arch is None:
@@ -142,11 +152,7 @@ def _prefix(arch: str, names: set[str]) -> str:
 def _weight_files(path: str) -> list[str]:
     index = os.path.join(path, "model.safetensors.index.json")
     if os.path.exists(index):
-        try:
-            with open(index, encoding="utf-8") as f:
-                raw = json.load(f)
-        except (OSError, ValueError) as e:  # ValueError: bad JSON or not UTF-8
-            raise CheckpointError(f"{index}: cannot read as JSON ({e})") from None
+        raw = _read_json(index)
         weight_map = raw.get("weight_map") if isinstance(raw, dict) else None
         if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
             got = type(raw).__name__ if not isinstance(raw, dict) else f"weight_map = {raw.get('weight_map')!r:.80}"
@@ -207,15 +213,7 @@ def load_hf(path: str, *, param_dtype: str | None = None, dtype: str | None = No
     if not os.path.isdir(path):
         raise CheckpointError(f"{path}: not a directory (only local checkpoint folders are read)")
     config_path = os.path.join(path, "config.json")
-    try:
-        with open(config_path, encoding="utf-8") as f:
-            hf_config = json.load(f)
-    except (OSError, ValueError) as e:  # ValueError: bad JSON or not UTF-8
-        raise CheckpointError(f"{config_path}: cannot read ({e})") from None
-    if not isinstance(hf_config, dict):
-        raise CheckpointError(f"{config_path}: expected a JSON object of model settings (a transformers "
-                              f"config.json), got {type(hf_config).__name__}")
-    cfg = config_from_hf(hf_config, where=config_path)
+    cfg = config_from_hf(_read_json(config_path), where=config_path)
     tensors = _read_tensors(path)
     stored_dtype = str(next(iter(tensors.values())).dtype) if tensors else "float32"
     cfg = cfg.replace(
