@@ -145,7 +145,7 @@ def main(argv=None) -> dict:
     out, seeds, sft = study_settings(args, cfg, "runs/entropy_collapse", warm=SFT, smoke_warm=SFT_SMOKE)
     arms = {k: v for k, v in ARMS.items() if not args.arms or k in args.arms.split(",")}
     study = run_study(cfg, arms, seeds=seeds, out=out, sft=sft, quiet=args.quiet, summarize=summarize,
-                      summarize_only=args.summarize_only)
+                      summarize_only=args.summarize_only, warm_seed=args.warm_seed)
     study["verdict"] = verdict(study["results"])
     study["settings"] = {"lr": LR, "beta_higher_kl": BETA, "steps": cfg.steps, "rewards": REWARDS}
     plots = [plot_curves(out, arms, "entropy/mean", "mean token entropy (nats)", "entropy", log=True),

@@ -127,7 +127,7 @@ def main(argv=None) -> dict:
     out, seeds, sft = study_settings(args, cfg, "runs/reward_collapse", warm=SFT, smoke_warm=SFT_SMOKE)
     arms = {k: v for k, v in (SMOKE_ARMS if args.smoke else ARMS).items() if not args.arms or k in args.arms.split(",")}
     study = run_study(cfg, arms, seeds=seeds, out=out, sft=sft, quiet=args.quiet, summarize=summarize,
-                      summarize_only=args.summarize_only)
+                      summarize_only=args.summarize_only, warm_seed=args.warm_seed)
     study["verdict"] = verdict(study["results"])
     study["settings"] = {"correct_weight": CORRECT_WEIGHT, "easy_weight": EASY_WEIGHT, "temperature": TEMPERATURE,
                          "low_easy_weight": LOW_EASY_WEIGHT, "steps": cfg.steps}

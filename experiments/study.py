@@ -1,7 +1,8 @@
 """Shared runner for multi-arm, multi-seed studies (the estimator ablation, the entropy-collapse study).
 
 Per seed, one supervised warm start is shared by every arm (same starting policy, so arms differ only in
-what the arm changes); each arm is then a GRPO run in `<out>/<arm>/seed<k>/` with its own report files.
+what the arm changes), or with `warm_seed` one warm start is shared by every seed too (seeds then vary only
+the RL: sampling and data order); each arm is then a GRPO run in `<out>/<arm>/seed<k>/` with its own report files.
 The study writes `<out>/results.json`, `<out>/results.md` and comparison plots under `<out>/plots/`.
 """
 
@@ -101,26 +102,27 @@ def run_arm(cfg: TrainConfig, arm: Arm, run_dir: str, params, *, quiet: bool) ->
 
 
 def run_study(base: TrainConfig, arms: dict[str, Arm], *, seeds, out: str, sft: dict, quiet: bool,
-              summarize, summarize_only: bool = False) -> dict:
+              summarize, summarize_only: bool = False, warm_seed: int | None = None) -> dict:
     """Train every (arm, seed) from the seed's shared warm start; `summarize(rows) -> dict` turns one run's
     metrics into its figures (plus seed, warm-start steps and what the arm's run did: paused, rolled back).
 
     summarize_only: train nothing; collect the figures of every (arm, seed) run already under `out` that
-    finished all its steps (seeds trained in separate processes with --seeds land in the same tree)."""
+    finished all its steps (seeds trained in separate processes with --seeds land in the same tree).
+    warm_seed: train one warm start with this seed and start every seed's arms from it (None: one per seed)."""
     if summarize_only:
         return _collect_finished(base, arms, seeds, out, summarize)
     results = {arm: [] for arm in arms}
     start = time.perf_counter()
     sft = dict(sft)
     n_valid = sft.pop("n_valid", 100)
+    warm_starts = {}  # warm-start seed -> (params, summary)
     for seed in seeds:
         seed_cfg = override(base, [f"seed={seed}"])
-        warm = Trainer(override(seed_cfg, ["logging.tensorboard=false"]), os.path.join(out, "warm_start", f"seed{seed}"),
-                       quiet=True)
-        valid = warm.task.generate("valid", n_valid, seed)
-        params, sft_summary = warm_start(warm.actor, warm.state.params, warm.stream.rows, valid,
-                                         solution=warm.task.solution, seed=seed, log=(lambda *_: None), **sft)
-        warm.logger.close()
+        ws = seed if warm_seed is None else warm_seed
+        if ws not in warm_starts:
+            warm_starts[ws] = _warm_start(override(base, [f"seed={ws}"]), os.path.join(out, "warm_start", f"seed{ws}"),
+                                          n_valid, sft)
+        params, sft_summary = warm_starts[ws]
         for name, arm in arms.items():
             run_dir = os.path.join(out, name, f"seed{seed}")
             cfg = override(seed_cfg, list(arm.overrides))
@@ -131,11 +133,21 @@ def run_study(base: TrainConfig, arms: dict[str, Arm], *, seeds, out: str, sft: 
                 cfg = override(cfg, [f"rewards.weights.weights_file={wfile}"])
             run_arm(cfg, arm, run_dir, params, quiet=quiet)
             figures = summarize(read_jsonl(os.path.join(run_dir, "metrics.jsonl")))
-            figures.update(seed=seed, sft_steps=sft_summary["sft_steps"], **run_events(run_dir))
+            figures.update(seed=seed, warm_seed=ws, sft_steps=sft_summary["sft_steps"], **run_events(run_dir))
             results[name].append(figures)
             if not quiet:
                 print(f"{name} seed {seed}: {figures}", flush=True)
     return {"results": results, "seeds": list(seeds), "wall_seconds": time.perf_counter() - start}
+
+
+def _warm_start(cfg: TrainConfig, run_dir: str, n_valid: int, sft: dict):
+    """The supervised warm start of `cfg.seed` (model init, data order, validation rows): (params, summary)."""
+    warm = Trainer(override(cfg, ["logging.tensorboard=false"]), run_dir, quiet=True)
+    valid = warm.task.generate("valid", n_valid, cfg.seed)
+    params, summary = warm_start(warm.actor, warm.state.params, warm.stream.rows, valid,
+                                 solution=warm.task.solution, seed=cfg.seed, log=(lambda *_: None), **sft)
+    warm.logger.close()
+    return params, summary
 
 
 def last_mean(rows: list[dict], key: str, n: int = 20) -> float:

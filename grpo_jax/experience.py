@@ -64,6 +64,7 @@ class Actor:
     tokenizer: Any  # grpo_jax.tokenizer.Tokenizer (or the HF adapter): encode_batch, decode, eos_id, pad_id
     specs: tuple  # rewards_lib.RewardSpec per dimension, in column order of R
     sampling: SamplingConfig
+    mesh: Any = None  # the rollout mesh: prompts split over its data x fsdp axes (None: wherever params live)
 
     @property
     def dims(self) -> list[str]:
@@ -88,24 +89,37 @@ class Experience:
 def rollout(actor: Actor, params, rows: Sequence[Row], key: jax.Array, *, group_size: int,
             temperature: float) -> sampler.Rollout:
     """G completions per row's prompt at `temperature` (0 = greedy; the per-token temperature applies only
-    when sampling)."""
+    when sampling). With a rollout mesh the prompts are split over its data axes, so each device decodes
+    its own groups (`sampler.sample` picks shard_map or SPMD from where params live); when B does not
+    divide by the data ways, the last prompt is repeated to fill the shards and its copies are dropped
+    (row (b, g)'s randomness depends only on b and g, so the kept rows are those of an unpadded run)."""
     s, tok = actor.sampling, actor.tokenizer
     tokens, mask = tok.encode_batch([r["prompt"] for r in rows])
+    if actor.mesh is not None:
+        tokens, mask = sharding.shard_rows(actor.mesh, tokens, mask)
     token_temp = (s.token_entropy_floor, s.token_boost, s.token_max_temperature) if s.token_entropy_floor else None
-    return sampler.sample(actor.model_cfg, params, tokens, mask, key=key, group_size=group_size,
-                          max_new_tokens=s.max_new_tokens, temperature=jnp.float32(temperature), top_k=s.top_k,
-                          top_p=s.top_p, eos_ids=(tok.eos_id,), pad_id=tok.pad_id,
-                          token_temperature=token_temp if temperature > 0 else None)
+    ro = sampler.sample(actor.model_cfg, params, tokens, mask, key=key, group_size=group_size,
+                        max_new_tokens=s.max_new_tokens, temperature=jnp.float32(temperature), top_k=s.top_k,
+                        top_p=s.top_p, eos_ids=(tok.eos_id,), pad_id=tok.pad_id,
+                        token_temperature=token_temp if temperature > 0 else None)
+    return ro if ro.tokens.shape[0] == len(rows) else jax.tree.map(lambda x: x[: len(rows)], ro)
 
 
 def score(actor: Actor, rows: Sequence[Row], ro: sampler.Rollout) -> tuple[np.ndarray, list[str]]:
-    """R [B, G, K] and the decoded completions [B*G] (host side; gathered across processes)."""
+    """R [B, G, K] and the decoded completions [B*G]. Each process scores the groups that live on its
+    devices (`sharding.process_rows` of the rollout mesh) and R is gathered after, so an expensive reward
+    (sandboxed code) is not run by every host on every row; the completions are decoded on every host."""
     toks, lengths = sharding.to_host(ro.tokens), sharding.to_host(ro.lengths)
     b, g, _ = toks.shape
     texts = [actor.tokenizer.decode(toks[i, j, : lengths[i, j]]) for i in range(b) for j in range(g)]
-    samples = [dict(rows[i], response_length=int(lengths[i, j])) for i in range(b) for j in range(g)]
-    r, _ = rewards_lib.evaluate(actor.specs, texts, samples)
-    return r.reshape(b, g, -1), texts
+    owned = sharding.process_rows(actor.mesh, b)
+    mine = owned[jax.process_index()] if len(owned) > 1 else owned[0]
+    samples = [dict(rows[i], response_length=int(lengths[i, j])) for i in mine for j in range(g)]
+    r = np.zeros((len(mine), g, len(actor.specs)), np.float32)
+    if len(mine):  # a process may hold no rows (fewer groups than processes) but still joins the gather
+        r = rewards_lib.evaluate(actor.specs, [texts[i * g + j] for i in mine for j in range(g)],
+                                 samples)[0].reshape(r.shape)
+    return sharding.gather_rows(r, owned, b), texts
 
 
 def experience(actor: Actor, params, rows: Sequence[Row], key: jax.Array, *, weights: np.ndarray,

@@ -118,6 +118,58 @@ def batch_sharding(mesh: Mesh, ndim: int) -> NamedSharding:
     return NamedSharding(mesh, P(RULES["batch"], *([None] * (ndim - 1))))
 
 
+def data_ways(mesh: Mesh) -> int:
+    """How many ways the batch (leading) dimension is split: data x fsdp."""
+    return mesh.shape["data"] * mesh.shape["fsdp"]
+
+
+def shard_rows(mesh: Mesh, *arrays: np.ndarray) -> tuple:
+    """Host arrays with the same leading (row) size n, placed on the mesh with rows split over data x fsdp.
+    When n does not divide by the ways, the last row is repeated to the next multiple (callers keep the
+    first n rows of what they compute); returns the placed arrays."""
+    ways, n = data_ways(mesh), arrays[0].shape[0]
+    pad = -n % ways
+    out = []
+    for a in arrays:
+        a = np.asarray(a)
+        if a.shape[0] != n:
+            raise ValueError(f"shard_rows: arrays have {n} and {a.shape[0]} rows")
+        if pad:
+            a = np.concatenate([a, np.repeat(a[-1:], pad, axis=0)])
+        out.append(jax.device_put(a, batch_sharding(mesh, a.ndim)))
+    return tuple(out)
+
+
+def process_rows(mesh: Mesh | None, n: int) -> list[np.ndarray]:
+    """Which of n rows each process holds when they are split over the mesh's data x fsdp axes as
+    `shard_rows` splits them (padding rows dropped): a list indexed by process, each a sorted int array.
+    Every process computes the same answer (it comes from the mesh, not from data), so rows scored apart
+    can be put back together without sending indices. One process (or no mesh): all rows."""
+    if mesh is None or jax.process_count() == 1:
+        return [np.arange(n)]
+    padded = n + (-n % data_ways(mesh))
+    owner = np.full(padded, -1)
+    for device, index in batch_sharding(mesh, 1).devices_indices_map((padded,)).items():
+        rows = np.arange(padded)[index[0]]
+        owner[rows] = np.where(owner[rows] < 0, device.process_index, owner[rows])
+    return [np.flatnonzero(owner[:n] == p) for p in range(jax.process_count())]
+
+
+def gather_rows(local: np.ndarray, rows_by_process: list[np.ndarray], n: int) -> np.ndarray:
+    """[n, ...]: each process's `local` values (for its rows `rows_by_process[process_index]`, in order)
+    put in place on every process; `local` rows are padded to the largest share for the all-gather."""
+    if len(rows_by_process) == 1:
+        return local
+    width = max(len(r) for r in rows_by_process)
+    padded = np.zeros((width, *local.shape[1:]), local.dtype)
+    padded[: len(local)] = local
+    gathered = np.asarray(multihost_utils.process_allgather(padded, tiled=False))  # [processes, width, ...]
+    out = np.zeros((n, *local.shape[1:]), local.dtype)
+    for p, rows in enumerate(rows_by_process):
+        out[rows] = gathered[p, : len(rows)]
+    return out
+
+
 def replicated(mesh: Mesh) -> NamedSharding:
     return NamedSharding(mesh, P())
 

@@ -292,7 +292,7 @@ class Trainer:
         self.run_key = jax.random.key(cfg.seed)
         model_cfg, params = build_model(cfg, tokenizer.vocab_size, jax.random.fold_in(self.run_key, INIT_KEY_FOLD),
                                         tokenizer_name=repr(tokenizer))
-        self.actor = experience.Actor(model_cfg, tokenizer, specs, cfg.sampling)
+        self.actor = experience.Actor(model_cfg, tokenizer, specs, cfg.sampling, mesh=self.mesh)
         self.optimizer = make_optimizer(cfg)
         self.state = init_state(sharding.shard_params(params, self.mesh), self.optimizer,
                                 keep_reference=cfg.loss.beta > 0)

@@ -325,6 +325,9 @@ DIST_SCRIPT = textwrap.dedent("""
     from grpo_jax.config import TrainConfig, override
     assert jax.device_count() == 4 and jax.local_device_count() == 2
     tr = train.Trainer(override(TrainConfig(), items), out, quiet=True)
+    from grpo_jax import sharding
+    owned = sharding.process_rows(tr.mesh, 4)  # each process scores only the 2 groups on its devices
+    assert sorted(np.concatenate(owned).tolist()) == [0, 1, 2, 3] and [len(o) for o in owned] == [2, 2]
     metrics = [tr.step_once()[0] for _ in range(2)]
     leaves = jax.tree.leaves(tr.state.params)
     assert all(x.is_fully_replicated for x in leaves)  # a data-only mesh: every process holds whole params
