@@ -136,6 +136,8 @@ def main(argv=None) -> dict:
         trainer.set_params(params)
         trainer.logger.event(0, "warm_start", **{k: v for k, v in sft.items() if k != "sft_curve"})
     trainer.run()
+    if trainer.logger.out_dir != out:  # a multi-process run: process 0 writes the report
+        return {"steps": trainer.step}
     # The report covers the whole run, not this process: the warm start's figures come from the segment that
     # made it, the wall time is the sum over the segments (runlog.run_segments), each one listed.
     wall_now = time.perf_counter() - start  # as before: the plots and report below are not counted

@@ -106,7 +106,11 @@ def main(argv=None) -> dict:
             jax.block_until_ready(ro.tokens)
             assert int(ro.lengths.min()) == n
 
-        runners = {"grpo-jax": run_ours, **({"transformers generate": run_hf} if args.hf else {})}
+        runners = {"grpo-jax": run_ours}
+        if not args.pmap:  # the same work through the Trainer's rollout (`experience.rollout`, its mesh)
+            runners["grpo-jax, Trainer path"] = _trainer_path(cfg, params, mesh, np.asarray(prompts % cfg.vocab_size),
+                                                              g, n, counter)
+        runners.update({"transformers generate": run_hf} if args.hf else {})
         times = perf.alternating_times(runners, args.repeats)
     tokens_generated = b * g * n
     width = bucket_length(p)  # the work our sampler does: prefill once per prompt, decode over the filled cache
@@ -123,12 +127,52 @@ def main(argv=None) -> dict:
     for k in runners:
         med = statistics.median(times[k])
         print(f"{k:<24}{med:>10.3f}{results[k]:>12,.0f}{results[k] / base:>8.2f}x")
+    if "grpo-jax, Trainer path" in times:
+        inside = statistics.median(times["grpo-jax, Trainer path"])
+        print(f"\nTrainer path / sampler alone: {inside / statistics.median(times['grpo-jax']):.3f}x time")
+        results["trainer_path_ratio"] = inside / statistics.median(times["grpo-jax"])
     ours = statistics.median(times["grpo-jax"])
     print(f"\nours: {flops / 1e9:.1f} GFLOP of model arithmetic -> {flops / ours / 1e9:.1f} GFLOP/s = "
           f"{100 * flops / ours / peak:.0f}% of the {peak / 1e9:.0f} GFLOP/s {args.dtype} matmul peak measured here "
           f"(model FLOP utilisation)")
     results["mfu"] = flops / ours / peak
     return results
+
+
+class _FixedPrompts:
+    """A tokenizer stand-in whose prompts are the benchmark's token ids (row i of the batch for prompt i) and
+    whose EOS id is never sampled (-1), so the Trainer path does exactly the benchmark's work."""
+
+    pad_id, eos_id = 0, -1
+
+    def __init__(self, prompts):
+        self.prompts = prompts
+
+    def encode_batch(self, texts):
+        import numpy as np
+
+        return self.prompts[list(texts)], np.ones((len(texts), self.prompts.shape[1]), bool)
+
+
+def _trainer_path(cfg, params, mesh, prompts, group: int, new_tokens: int, counter):
+    """A runner of `experience.rollout` as `Trainer.step_once` calls it: host prompts placed on the Trainer's
+    mesh (`sharding.shard_rows`), then the sampler."""
+    import jax
+
+    from grpo_jax import experience
+    from grpo_jax.config import SamplingConfig
+
+    actor = experience.Actor(cfg, _FixedPrompts(prompts), (), SamplingConfig(group_size=group, max_new_tokens=new_tokens),
+                             mesh=mesh)
+    rows = [{"prompt": i} for i in range(len(prompts))]
+
+    def run():
+        counter[0] += 1
+        ro = experience.rollout(actor, params, rows, jax.random.key(counter[0]), group_size=group, temperature=1.0)
+        jax.block_until_ready(ro.tokens)
+        assert int(ro.lengths.min()) == new_tokens and not ro.tokens.sharding.is_fully_replicated
+
+    return run
 
 
 if __name__ == "__main__":

@@ -59,8 +59,9 @@ def study_settings(args, cfg: TrainConfig, default_out: str, *, warm: dict, smok
     return out, seeds, dict(smoke_warm if args.smoke else warm)
 
 
-def _collect_finished(base: TrainConfig, arms, seeds, out: str, summarize) -> dict:
-    """--summarize-only: the figures of every (arm, seed) run under `out` that finished all its steps."""
+def _collect_finished(base: TrainConfig, arms, seeds, out: str, summarize, warm_seed: int | None) -> dict:
+    """--summarize-only: the figures of every (arm, seed) run under `out` that finished all its steps
+    (`warm_seed` as the runs were trained with: it is recorded, not checked)."""
     results = {arm: [] for arm in arms}
     for seed in seeds:
         for arm in arms:
@@ -69,7 +70,8 @@ def _collect_finished(base: TrainConfig, arms, seeds, out: str, summarize) -> di
             if not rows or max(r.get("step", -1) for r in rows) < base.steps:
                 print(f"summarize-only: {arm} seed {seed} missing or unfinished ({path}); left out")
                 continue
-            results[arm].append({**summarize(rows), **run_events(os.path.dirname(path)), "seed": seed})
+            results[arm].append({**summarize(rows), **run_events(os.path.dirname(path)), "seed": seed,
+                                 "warm_seed": seed if warm_seed is None else warm_seed})
     return {"results": {a: r for a, r in results.items() if r}, "seeds": list(seeds), "wall_seconds": 0.0}
 
 
@@ -110,7 +112,7 @@ def run_study(base: TrainConfig, arms: dict[str, Arm], *, seeds, out: str, sft: 
     finished all its steps (seeds trained in separate processes with --seeds land in the same tree).
     warm_seed: train one warm start with this seed and start every seed's arms from it (None: one per seed)."""
     if summarize_only:
-        return _collect_finished(base, arms, seeds, out, summarize)
+        return _collect_finished(base, arms, seeds, out, summarize, warm_seed)
     results = {arm: [] for arm in arms}
     start = time.perf_counter()
     sft = dict(sft)

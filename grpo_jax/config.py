@@ -385,6 +385,9 @@ class MonitorConfig:
 # --------------------------------------------------------------------------------------------------
 
 
+REMAT_MODES = ("none", "full", "dots")  # = models.config.REMAT_MODES (a test keeps the two equal)
+
+
 @dataclasses.dataclass(frozen=True)
 class ModelSpec:
     """Which model: a preset from models.config (random init), or a local Hugging Face folder."""
@@ -399,11 +402,13 @@ class ModelSpec:
     mlp_dim: int = 0  # SwiGLU hidden width (0 = preset)
     param_dtype: str = "float32"  # storage dtype of the policy weights
     dtype: str = "float32"  # matmul dtype; logits/softmax/logprobs always float32
+    remat: str = "none"  # gradient checkpointing per decoder layer: none / full (recompute all) / dots (keep projections)
 
     def __post_init__(self):
         for f in ("d_model", "n_layers", "n_heads", "n_kv_heads", "head_dim", "mlp_dim"):
             if getattr(self, f) < 0:
                 _fail("ModelSpec", f, f"must be >= 0 (0 = preset), got {getattr(self, f)!r}")
+        _check_choice("ModelSpec", "remat", self.remat, REMAT_MODES)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -102,6 +102,12 @@ def rollout(actor: Actor, params, rows: Sequence[Row], key: jax.Array, *, group_
                         max_new_tokens=s.max_new_tokens, temperature=jnp.float32(temperature), top_k=s.top_k,
                         top_p=s.top_p, eos_ids=(tok.eos_id,), pad_id=tok.pad_id,
                         token_temperature=token_temp if temperature > 0 else None)
+    if not ro.tokens.is_fully_addressable:
+        # Several processes: gather the rollout to every host once, here, and do the step's host-side work
+        # (dropping padding, picking groups, the batch) on local arrays. Eager ops on arrays that span
+        # processes each launch a small cross-process program; with many in flight, two processes hung
+        # waiting on each other in `select_groups` (seen with 2 processes x 2 CPU devices and gloo).
+        ro = jax.tree.map(sharding.to_host, ro)
     return ro if ro.tokens.shape[0] == len(rows) else jax.tree.map(lambda x: x[: len(rows)], ro)
 
 
@@ -236,12 +242,17 @@ def batch_from_rollout(ro: sampler.Rollout, advantages_BxG) -> Batch:
 
 
 def make_batch(exp: Experience, advantages_BxG, mesh) -> Batch:
-    """`batch_from_rollout`, rows sharded over the mesh's data axes when they divide evenly."""
+    """`batch_from_rollout` on the mesh: rows sharded over its data axes when they divide evenly, else
+    replicated."""
     batch = batch_from_rollout(exp.rollout, advantages_BxG)
-    data_ways = mesh.shape["data"] * mesh.shape["fsdp"]
-    if batch.tokens.shape[0] % data_ways == 0:
-        batch = jax.tree.map(lambda x: jax.device_put(x, sharding.batch_sharding(mesh, x.ndim)), batch)
-    return batch
+    split = batch.tokens.shape[0] % sharding.data_ways(mesh) == 0
+    several = jax.process_count() > 1  # a mesh over processes takes host values (every process passes the same)
+
+    def place(x):
+        target = sharding.batch_sharding(mesh, x.ndim) if split else sharding.replicated(mesh)
+        return jax.device_put(np.asarray(x) if several else x, target)
+
+    return jax.tree.map(place, batch)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -13,7 +13,8 @@ Shape of the work (B prompts, G completions each, T = max_new_tokens):
    tokens; no host sync per token. Within a chunk the cache is loop state, updated in place.
 
 Randomness: row (b, g) draws step t from `fold_in(fold_in(fold_in(key, prompt_index[b]), g), t)`, so the
-same (params, prompts, key) gives the same rollout on one device, under `pmap` or on a sharded mesh.
+same (params, prompts, key) gives the same rollout on one device, under `pmap` or on a sharded mesh. `key`
+may be typed (`jax.random.key`) or legacy (`jax.random.PRNGKey`): the same seed gives the same rollout.
 
 Logprobs and entropies are those of the distribution actually sampled from (temperature, then top-k, then
 top-p). At temperature 0 (greedy) they are reported for the untempered, unfiltered distribution.
@@ -31,6 +32,7 @@ import models
 from jax.sharding import PartitionSpec as P
 
 from models.config import ModelConfig
+from models.keys import as_typed_key
 from models.rope import rope_positions, text_positions
 
 NEG_INF = -1e30
@@ -173,7 +175,8 @@ def _prefill(cfg: ModelConfig, params, prompt_BxP, mask_BxP, *, group_size: int,
 
 
 def row_keys(key: jax.Array, prompt_ids_B: jax.Array, group_size: int) -> jax.Array:
-    """[B*G] keys: fold_in(fold_in(key, prompt_id), g), row-major over (b, g)."""
+    """[B*G] typed keys: fold_in(fold_in(key, prompt_id), g), row-major over (b, g); `key` typed or legacy."""
+    key = as_typed_key(key)
     per_prompt = jax.vmap(jax.random.fold_in, in_axes=(None, 0))(key, prompt_ids_B)
     per_row = jax.vmap(lambda k: jax.vmap(jax.random.fold_in, in_axes=(None, 0))(k, jnp.arange(group_size)))(per_prompt)
     return per_row.reshape(-1)
@@ -271,6 +274,7 @@ def sample_core(cfg: ModelConfig, params, prompt_tokens, prompt_mask, prompt_ids
                 max_new_tokens: int, temperature=1.0, top_k: int = 0, top_p: float = 1.0, eos_ids=(),
                 pad_id: int = 0, token_temperature=None) -> Rollout:
     """`sample` for already left-aligned, bucketed prompts and explicit global prompt indices [B]."""
+    key = as_typed_key(key)
     cache, last_logits, lengths = _prefill(cfg, params, prompt_tokens, prompt_mask, group_size=group_size,
                                            max_new_tokens=max_new_tokens)
     keys = row_keys(key, prompt_ids, group_size)
@@ -355,6 +359,7 @@ def sample(cfg: ModelConfig, params, prompt_tokens, prompt_mask, *, key, group_s
     at `temperature` has entropy under the floor is sampled at min(temperature * boost, max) instead; the
     logprobs are those of the distribution actually used and `Rollout.temperatures` records it."""
     _check_args(prompt_tokens, prompt_mask, group_size, max_new_tokens, temperature, top_k, top_p)
+    key = as_typed_key(key)
     split = row_shard_axes(prompt_tokens, params)
     tokens, mask = prepare_prompts(prompt_tokens, prompt_mask, pad_id=pad_id)
     ids = jnp.arange(tokens.shape[0], dtype=jnp.int32)
@@ -377,6 +382,7 @@ def sample_pmap(cfg: ModelConfig, params, prompt_tokens, prompt_mask, *, key, gr
     the single-device sampler's for the same key.
     """
     _check_args(prompt_tokens, prompt_mask, group_size, max_new_tokens, temperature, top_k, top_p)
+    key = as_typed_key(key)
     devices = jax.local_devices() if devices is None else devices
     n = len(devices)
     tokens, mask = prepare_prompts(prompt_tokens, prompt_mask, pad_id=pad_id)

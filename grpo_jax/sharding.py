@@ -54,6 +54,23 @@ def initialize_distributed(cfg: MeshConfig) -> None:
     if cfg.process_id >= 0:
         kwargs["process_id"] = cfg.process_id
     jax.distributed.initialize(**kwargs)
+    _orbax_barriers_off_the_devices()
+
+
+def _orbax_barriers_off_the_devices() -> None:
+    """Orbax's default barrier between processes is a psum over every device (`sync_global_devices`). Some
+    of its barriers run on its own threads, so on one process a barrier can be launched between two of the
+    training step's collectives and on another process around them: the device programs then pair up wrongly
+    and both processes wait forever (seen here: two processes with dynamic sampling and a checkpoint every
+    step hung in step 2). Orbax's switch to the distributed client's barrier, which does not touch the
+    devices, removes the hang."""
+    from absl import flags
+
+    import orbax.checkpoint  # noqa: F401  (defines the flag)
+
+    if not flags.FLAGS.is_parsed():  # an absl app parses its own flags first; a plain script never does
+        flags.FLAGS.mark_as_parsed()
+    flags.FLAGS.experimental_orbax_use_distributed_barrier = True
 
 
 def make_mesh(cfg: MeshConfig, devices=None) -> Mesh:

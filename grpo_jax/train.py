@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
+import tempfile
 import time
 import warnings
 from typing import Any, NamedTuple
@@ -173,6 +175,7 @@ def make_train_step(model_cfg: ModelConfig, cfg: TrainConfig, optimizer: optax.G
     schedule = lr_schedule(cfg)
 
     def train_step(state: TrainState, batch: Batch, key: jax.Array, entropy_coef: jax.Array):
+        key = models.as_typed_key(key)
         n = batch.tokens.shape[0]
         ref_logp = None
         if cfg.loss.beta > 0:
@@ -224,6 +227,7 @@ def build_model(cfg: TrainConfig, vocab_size: int, key: jax.Array, *, tokenizer_
     spec = cfg.model
     if spec.hf_path:
         model_cfg, params = models.load_hf(spec.hf_path, param_dtype=spec.param_dtype, dtype=spec.dtype)
+        model_cfg = model_cfg.replace(remat=spec.remat)  # a training choice, not in the HF config
         if model_cfg.vocab_size < vocab_size:
             raise ValueError(
                 f"vocabulary mismatch: the model in model.hf_path={spec.hf_path!r} has vocab_size "
@@ -236,7 +240,7 @@ def build_model(cfg: TrainConfig, vocab_size: int, key: jax.Array, *, tokenizer_
     shape = {f: getattr(spec, f) for f in ("d_model", "n_layers", "n_heads", "n_kv_heads", "head_dim", "mlp_dim")}
     overrides = {k: v for k, v in shape.items() if v}
     model_cfg = models.preset(spec.preset, vocab_size=vocab_size, param_dtype=spec.param_dtype, dtype=spec.dtype,
-                              **overrides)
+                              remat=spec.remat, **overrides)
     return model_cfg, models.init_params(model_cfg, key)
 
 
@@ -307,10 +311,11 @@ class Trainer:
     def _open_logs(self, start: int | None, *, quiet: bool, rollback: bool, resume: bool = False) -> None:
         cfg, out_dir = self.cfg, self.out_dir
         os.makedirs(out_dir, exist_ok=True)
-        log_dir = out_dir if jax.process_index() == 0 else os.path.join(out_dir, f"process-{jax.process_index()}")
-        notes = []
-        if start is None:
-            notes = self._fresh_start(log_dir, resume=resume)
+        # One metrics stream: process 0 writes the run's logs; the others log to a scratch folder removed when
+        # the run ends (they see the same metrics; their checkpoint shards go to the shared checkpoint set)
+        notes = self._fresh_start(resume=resume) if start is None else []
+        pid = jax.process_index()
+        log_dir = out_dir if pid == 0 else tempfile.mkdtemp(prefix=f"grpo-jax-process-{pid}-")
         self.logger = runlog.RunLogger(log_dir, total_steps=cfg.steps, tensorboard=cfg.logging.tensorboard,
                                        progress=cfg.logging.progress and not quiet and log_dir == out_dir,
                                        resume_step=start)
@@ -323,15 +328,16 @@ class Trainer:
             atomic_write_text(os.path.join(out_dir, "config.json"), json.dumps(to_dict(cfg), indent=2, sort_keys=True))
             self.logger.event(0, "data", **self.data_report)
 
-    def _fresh_start(self, log_dir: str, *, resume: bool) -> list[tuple[str, dict]]:
-        """Before a run starts at step 0 in `log_dir`: the (event kind, info) notes to log and warn.
+    def _fresh_start(self, *, resume: bool) -> list[tuple[str, dict]]:
+        """Before a run starts at step 0 in its folder: the (event kind, info) notes to log and warn. Every
+        process decides (so all of them refuse a folder that holds a run); process 0 moves the files.
 
         A folder whose logs hold steps but which has no checkpoint was interrupted before its first one
         (Ctrl-C, kill -9, a crash): nothing can be resumed, so its logs are moved to
         <out>/interrupted/<time>/ and the run starts again. A folder with checkpoints is refused unless
         --resume or --rollback-to says what to do with it."""
         prefix = "--resume: " if resume else ""
-        if not runlog.has_step_rows(log_dir):
+        if not runlog.has_step_rows(self.out_dir):
             if not resume:
                 return []
             return [("resume_nothing", {"message": f"--resume: {self.out_dir} has no checkpoint to resume from "
@@ -342,7 +348,9 @@ class Trainer:
                 f"{self.out_dir} already holds a run (checkpoints at steps {checkpoints}, rows in metrics.jsonl): "
                 "continue it with --resume (Trainer(resume=True)), go back to a checkpoint with --rollback-to STEP, "
                 "or choose another --out")
-        moved = runlog.set_aside(log_dir, os.path.join(self.out_dir, "interrupted"))
+        if jax.process_index() != 0:
+            return []
+        moved = runlog.set_aside(self.out_dir, os.path.join(self.out_dir, "interrupted"))
         return [("restart", {"previous_logs": moved, "message": (
             f"{prefix}{self.out_dir} holds the logs of a run stopped before its first checkpoint (nothing to "
             f"resume); they were moved to {moved} and the run starts again at step 0")})]
@@ -455,6 +463,8 @@ class Trainer:
                 self.save(metrics)
             self._report_alarms(step, alarms)
         self.logger.close()
+        if self.logger.out_dir != self.out_dir:  # another process's scratch logs (see _open_logs)
+            shutil.rmtree(self.logger.out_dir, ignore_errors=True)
         self.ckpt.close()
         return {"steps": self.step, "wall_seconds": time.perf_counter() - start_time, "paused": paused}
 

@@ -7,10 +7,11 @@
 
 from models.config import PRESETS, ModelConfig, bench_qwen2_tiny, llama_1b, preset, qwen2_5_0_5b, tiny
 from models.hf import CheckpointError, load_hf, save_hf
+from models.keys import as_typed_key
 from models.transformer import forward, grow_cache, init_cache, init_params, token_entropy, token_logprobs
 
 __all__ = [
     "PRESETS", "ModelConfig", "bench_qwen2_tiny", "llama_1b", "preset", "qwen2_5_0_5b", "tiny",
-    "CheckpointError", "load_hf", "save_hf",
+    "CheckpointError", "load_hf", "save_hf", "as_typed_key",
     "forward", "grow_cache", "init_cache", "init_params", "token_entropy", "token_logprobs",
 ]

@@ -9,6 +9,7 @@ import jax.numpy as jnp
 ROPE_KINDS = ("rope", "rope2d", "mrope")
 ARCHS = ("llama", "qwen2", "qwen2_vl")
 DTYPES = ("float32", "bfloat16", "float16")
+REMAT_MODES = ("none", "full", "dots")  # per-layer gradient checkpointing, see models.transformer.remat_policy
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,6 +34,7 @@ class ModelConfig:
     param_dtype: str = "float32"  # storage dtype of the weights
     dtype: str = "float32"  # matmul dtype; norms, softmax, logits always float32
     arch: str = "llama"  # Hugging Face family used by models.hf when writing a checkpoint
+    remat: str = "none"  # recompute each decoder layer in the backward pass: "none" | "full" | "dots" (not in HF)
 
     def __post_init__(self):
         for name in ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "head_dim", "mlp_dim"):
@@ -66,6 +68,8 @@ class ModelConfig:
                 raise ValueError(f"ModelConfig.{name} must be one of {DTYPES}, got {getattr(self, name)!r}")
         if self.arch not in ARCHS:
             raise ValueError(f"ModelConfig.arch must be one of {ARCHS}, got {self.arch!r}")
+        if self.remat not in REMAT_MODES:
+            raise ValueError(f"ModelConfig.remat must be one of {REMAT_MODES}, got {self.remat!r}")
 
     @property
     def q_dim(self) -> int:

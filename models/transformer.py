@@ -10,6 +10,9 @@ KV cache (one layout, fixed size, passed in and returned):
      "mask": [B, S] bool     -- slots that hold a real (non-padding) token}
 Prefill writes T slots per row at end_index and advances it by T; decode writes one. A query in slot i
 sees slots j <= i whose mask is set, so left-padded prompts of different lengths share one cache.
+
+Gradient checkpointing (ModelConfig.remat): the cache-free forward that training differentiates runs each
+decoder layer under `jax.checkpoint` ("full" or "dots", see `remat_policy`); the cached path is unchanged.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import jax.numpy as jnp
 
 from models import layers
 from models.config import ModelConfig
+from models.keys import as_typed_key
 from models.rope import rope_cos_sin
 
 INIT_STD = 0.02  # Hugging Face's default initializer_range
@@ -26,6 +30,7 @@ INIT_STD = 0.02  # Hugging Face's default initializer_range
 
 def init_params(cfg: ModelConfig, key: jax.Array) -> dict:
     """Random weights: normal(0, 0.02) matrices, unit norms, zero biases (as transformers' init)."""
+    key = as_typed_key(key)
     dtype = cfg.jnp_param_dtype
     qkv_width = cfg.q_dim + 2 * cfg.kv_dim + (cfg.q_dim if cfg.attn_output_gate else 0)
     k_embed, k_head, k_layers = jax.random.split(key, 3)
@@ -122,14 +127,57 @@ def forward(
         mask = (slots[None, None, :] <= query_slot[:, :, None]) & key_mask[:, None, :]  # [B, T, S]
         layer_caches = cache["layers"]
     new_layer_caches = []
-    for p, kv in zip(params["layers"], layer_caches):
-        x, kv = layers.attention_block(cfg, p, x, cos, sin, mask, kv, write_index)
-        x = layers.mlp_block(cfg, p, x)
-        new_layer_caches.append(kv)
+    if cache is None:  # the training / teacher-forcing path: the only one ever differentiated
+        layer = remat_layer(cfg)
+        for p in params["layers"]:
+            x = layer(p, x, cos, sin, mask)
+    else:  # prefill / decode (the sampler): never differentiated, so never checkpointed
+        for p, kv in zip(params["layers"], layer_caches):
+            x, kv = layers.attention_block(cfg, p, x, cos, sin, mask, kv, write_index)
+            x = layers.mlp_block(cfg, p, x)
+            new_layer_caches.append(kv)
     logits = unembed(cfg, params, x)
     if cache is None:
         return logits, None
     return logits, {"layers": new_layer_caches, "end_index": write_index + t, "mask": key_mask}
+
+
+def decoder_layer(cfg: ModelConfig, p: dict, x_BxTxD, cos, sin, mask_BxTxT) -> jnp.ndarray:
+    """One decoder block without a KV cache (attention then MLP, both pre-norm with residual): the unit
+    that `remat_layer` checkpoints."""
+    x, _ = layers.attention_block(cfg, p, x_BxTxD, cos, sin, mask_BxTxT)
+    return layers.mlp_block(cfg, p, x)
+
+
+def remat_policy(mode: str):
+    """The `jax.checkpoint` policy of a ModelConfig.remat mode ("none" has none: the layer is not wrapped).
+
+    "full": nothing saved inside the layer; its input is kept and the whole block is recomputed in the
+    backward pass (least memory, about one extra forward of compute).
+    "dots": `dots_with_no_batch_dims_saveable` (MaxText's remat_policy="minimal"). Our projections
+    (`layers.dense`, "...d,df->...f": qkv, o, gate_up, down) are dot_generals without batch dimensions, so
+    their outputs, O(T * (D + F)) per row, are saved; the attention products inside
+    `jax.nn.dot_product_attention` (scores "BTNH,BSNH->BNTS" and probs @ V) are batched over (B, heads),
+    so they are not saved and their O(T^2) score/probability tensors are recomputed. `dots_saveable`
+    would also keep those T^2 tensors, the largest activations of a long sequence, and save little."""
+    if mode == "full":
+        return jax.checkpoint_policies.nothing_saveable
+    if mode == "dots":
+        return jax.checkpoint_policies.dots_with_no_batch_dims_saveable
+    raise ValueError(f"remat_policy: no checkpoint policy for ModelConfig.remat={mode!r}")
+
+
+def remat_layer(cfg: ModelConfig):
+    """`layer(p, x, cos, sin, mask) -> x`: `decoder_layer` as is (cfg.remat == "none") or wrapped in
+    `jax.checkpoint` with `remat_policy(cfg.remat)`. The checkpoint only changes what the backward pass
+    keeps versus recomputes; values and gradients are the same. prevent_cse stays True (the default), as
+    JAX recommends for checkpoints outside a `lax.scan` (our layers are a Python loop)."""
+    def layer(p, x, cos, sin, mask):
+        return decoder_layer(cfg, p, x, cos, sin, mask)
+
+    if cfg.remat == "none":
+        return layer
+    return jax.checkpoint(layer, policy=remat_policy(cfg.remat))
 
 
 def unembed(cfg: ModelConfig, params: dict, x_BxTxD: jnp.ndarray) -> jnp.ndarray:
