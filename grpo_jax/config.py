@@ -547,13 +547,20 @@ class MeshConfig:
     coordinator: str = ""  # "host:port" for jax.distributed (multi-process); "" = single process
     num_processes: int = 1  # processes in a multi-host run (one per host)
     process_id: int = -1  # -1: from the environment / cluster auto-detection
+    # A rollout mesh of its own (decoding's layout; params resharded onto it every step); 0 = roll out on the
+    # training mesh. Either mesh may then use fewer devices than there are (the first ones).
+    rollout_data: int = 0  # rollout mesh data axis (0 = no rollout mesh, -1 = all devices left)
+    rollout_fsdp: int = 1  # rollout mesh fsdp axis (params sharded for decoding)
+    rollout_tensor: int = 1  # rollout mesh tensor axis
 
     def __post_init__(self):
-        for f in ("fsdp", "tensor", "num_processes"):
+        for f in ("fsdp", "tensor", "num_processes", "rollout_fsdp", "rollout_tensor"):
             if getattr(self, f) < 1:
                 _fail("MeshConfig", f, f"must be >= 1, got {getattr(self, f)}")
         if self.data == 0 or self.data < -1:
             _fail("MeshConfig", "data", f"must be -1 (auto) or >= 1, got {self.data}")
+        if self.rollout_data < -1:
+            _fail("MeshConfig", "rollout_data", f"must be 0 (none), -1 (auto) or >= 1, got {self.rollout_data}")
 
 
 @dataclasses.dataclass(frozen=True)

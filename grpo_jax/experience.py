@@ -97,6 +97,7 @@ def rollout(actor: Actor, params, rows: Sequence[Row], key: jax.Array, *, group_
     tokens, mask = tok.encode_batch([r["prompt"] for r in rows])
     if actor.mesh is not None:
         tokens, mask = sharding.shard_rows(actor.mesh, tokens, mask)
+        params = sharding.on_mesh(params, actor.mesh)  # a separate rollout mesh: resharded onto it
     token_temp = (s.token_entropy_floor, s.token_boost, s.token_max_temperature) if s.token_entropy_floor else None
     ro = sampler.sample(actor.model_cfg, params, tokens, mask, key=key, group_size=group_size,
                         max_new_tokens=s.max_new_tokens, temperature=jnp.float32(temperature), top_k=s.top_k,

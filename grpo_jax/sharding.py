@@ -74,16 +74,38 @@ def _orbax_barriers_off_the_devices() -> None:
 
 
 def make_mesh(cfg: MeshConfig, devices=None) -> Mesh:
-    """A (data, fsdp, tensor) mesh with automatic (pjit-style) sharding propagation."""
+    """The training mesh: (data, fsdp, tensor) with automatic (pjit-style) sharding propagation, over all
+    devices, or over the first data*fsdp*tensor of them when a rollout mesh is configured."""
+    return _grid(cfg.data, cfg.fsdp, cfg.tensor, devices, subset=cfg.rollout_data != 0, prefix="")
+
+
+def make_rollout_mesh(cfg: MeshConfig, devices=None) -> Mesh | None:
+    """The rollout mesh (mesh.rollout_*) over the first rollout_data*fsdp*tensor devices, or None (roll out
+    on the training mesh)."""
+    if cfg.rollout_data == 0:
+        return None
+    return _grid(cfg.rollout_data, cfg.rollout_fsdp, cfg.rollout_tensor, devices, subset=True, prefix="rollout_")
+
+
+def _grid(data: int, fsdp: int, tensor: int, devices, *, subset: bool, prefix: str) -> Mesh:
     devices = jax.devices() if devices is None else devices
     n = len(devices)
-    data = cfg.data if cfg.data > 0 else n // (cfg.fsdp * cfg.tensor)
-    if data * cfg.fsdp * cfg.tensor != n:
-        raise ValueError(
-            f"MeshConfig: data*fsdp*tensor = {data}*{cfg.fsdp}*{cfg.tensor} does not match {n} devices"
-        )
-    grid = np.asarray(devices).reshape(data, cfg.fsdp, cfg.tensor)
+    data = data if data > 0 else n // (fsdp * tensor)
+    used = data * fsdp * tensor
+    if used > n or used < 1 or (used != n and not subset):
+        raise ValueError(f"MeshConfig: {prefix}data*{prefix}fsdp*{prefix}tensor = {data}*{fsdp}*{tensor} does not "
+                         f"match {n} devices" + ("" if subset else " (only with a rollout mesh may a mesh use fewer)"))
+    grid = np.asarray(devices[:used]).reshape(data, fsdp, tensor)
     return Mesh(grid, MESH_AXES, axis_types=(AxisType.Auto,) * 3)
+
+
+def on_mesh(params, mesh: Mesh):
+    """`params` on `mesh` by the rules: as they are when they already live there, else resharded (the
+    rollout mesh takes the training params this way every step)."""
+    leaf = jax.tree.leaves(params)[0]
+    if isinstance(getattr(leaf, "sharding", None), NamedSharding) and leaf.sharding.mesh == mesh:
+        return params
+    return shard_params(params, mesh)
 
 
 def logical_to_spec(axes: tuple[str, ...], shape: tuple[int, ...], mesh: Mesh) -> P:

@@ -283,6 +283,7 @@ class Trainer:
         self.cfg, self.out_dir = cfg, out_dir
         sharding.initialize_distributed(cfg.mesh)
         self.mesh = sharding.make_mesh(cfg.mesh)
+        self.rollout_mesh = sharding.make_rollout_mesh(cfg.mesh) or self.mesh
         self.task = tasks_lib.get_task(cfg.task.name, **dict(cfg.task.options))
         tokenizer = self.task.tokenizer()
         rows, self.eval_rows, self.data_report = data_lib.load_task_data(self.task, cfg.task, cfg.seed)
@@ -296,7 +297,7 @@ class Trainer:
         self.run_key = jax.random.key(cfg.seed)
         model_cfg, params = build_model(cfg, tokenizer.vocab_size, jax.random.fold_in(self.run_key, INIT_KEY_FOLD),
                                         tokenizer_name=repr(tokenizer))
-        self.actor = experience.Actor(model_cfg, tokenizer, specs, cfg.sampling, mesh=self.mesh)
+        self.actor = experience.Actor(model_cfg, tokenizer, specs, cfg.sampling, mesh=self.rollout_mesh)
         self.optimizer = make_optimizer(cfg)
         self.state = init_state(sharding.shard_params(params, self.mesh), self.optimizer,
                                 keep_reference=cfg.loss.beta > 0)
@@ -414,7 +415,8 @@ class Trainer:
         weights = self.reward_weights.at(step)
         coef, temperature = self.entropy_ctl.value(step), self.temp_ctl.value()
         t0 = time.perf_counter()
-        exp, dyn_metrics = experience.collect(self.actor, self.state.params, self.next_rows, k_sample,
+        params = sharding.on_mesh(self.state.params, self.rollout_mesh)  # resharded once a step, if needed
+        exp, dyn_metrics = experience.collect(self.actor, params, self.next_rows, k_sample,
                                               n_prompts=cfg.prompts_per_step, weights=weights, dynamic=cfg.dynamic,
                                               advantage=cfg.advantage, temperature=temperature)
         t1 = time.perf_counter()

@@ -29,7 +29,8 @@ SCRIPT = textwrap.dedent("""
     sh = exp.rollout.tokens.sharding
     out["step"] = {"replicated": sh.is_fully_replicated, "spec0": str(sh.spec[0]) if sh.spec else None,
                    "n_devices": len(sh.device_set), "grad_norm": metrics["grad_norm"],
-                   "shard_rows": sorted({s.data.shape[0] for s in exp.rollout.tokens.addressable_shards})}
+                   "shard_rows": sorted({s.data.shape[0] for s in exp.rollout.tokens.addressable_shards}),
+                   "params_devices": len(jax.tree.leaves(tr.state.params)[0].sharding.device_set)}
     one = dataclasses.replace(tr.actor, mesh=None)
     one_params = jax.device_put(tr.state.params, jax.devices()[0])  # single-device path of the sampler
     key = jax.random.key(7)
@@ -59,7 +60,8 @@ def _run(tmp_path, name, devices, *items):
     ("mesh.data=4",),  # params replicated: one shard_map decode loop per device
     ("mesh.data=2", "mesh.fsdp=2", "model.d_model=64", "model.n_heads=4", "model.n_kv_heads=4",
      "model.head_dim=16"),  # params sharded over fsdp: one SPMD program, rows still split 4 ways
-], ids=["data4", "data2-fsdp2"])
+    ("mesh.data=1", "mesh.rollout_data=4"),  # the update on 1 device, the rollout on a 4-device mesh of its own
+], ids=["data4", "data2-fsdp2", "update1-rollout4"])
 def test_trainer_rollout_is_split_over_the_data_axes_and_matches_one_device(tmp_path, layout):
     r = _run(tmp_path, "run", 4, *layout)
     assert r["devices"] == 4
@@ -69,6 +71,7 @@ def test_trainer_rollout_is_split_over_the_data_axes_and_matches_one_device(tmp_
     assert "data" in step["spec0"], step
     assert step["shard_rows"] == [1], step
     assert step["grad_norm"] > 0
+    assert step["params_devices"] == (1 if "mesh.rollout_data=4" in layout else 4)
     for n in (4, 3):
         b = r[f"b{n}"]
         assert b["shape"][0] == n  # the padding row of b=3 is dropped
@@ -93,3 +96,20 @@ def test_process_rows_partition_the_groups_like_the_batch_sharding():
     assert [r.tolist() for r in sharding.process_rows(None, 3)] == [[0, 1, 2]]
     local = np.arange(6.0).reshape(3, 2)
     np.testing.assert_array_equal(sharding.gather_rows(local, [np.arange(3)], 3), local)
+
+
+def test_a_mesh_may_use_fewer_devices_only_beside_a_rollout_mesh():
+    import jax
+
+    from grpo_jax import sharding
+    from grpo_jax.config import MeshConfig
+
+    two = jax.devices()[:1] * 2  # stands for two devices: only the count is read before the check
+    with pytest.raises(ValueError, match="does not match 2 devices"):
+        sharding.make_mesh(MeshConfig(data=1), devices=two)
+    assert sharding.make_mesh(MeshConfig(data=1, rollout_data=1), devices=two).devices.size == 1
+    assert sharding.make_rollout_mesh(MeshConfig()) is None
+    with pytest.raises(ValueError, match="rollout_data"):
+        sharding.make_rollout_mesh(MeshConfig(rollout_data=3), devices=two)
+    with pytest.raises(ValueError, match="rollout_data"):
+        MeshConfig(rollout_data=-2)
