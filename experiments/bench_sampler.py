@@ -162,8 +162,8 @@ def _trainer_path(cfg, params, mesh, prompts, group: int, new_tokens: int, count
     from grpo_jax import experience
     from grpo_jax.config import SamplingConfig
 
-    actor = experience.Actor(cfg, _FixedPrompts(prompts), (), SamplingConfig(group_size=group, max_new_tokens=new_tokens),
-                             mesh=mesh)
+    sampling = SamplingConfig(group_size=group, max_new_tokens=new_tokens)
+    actor = experience.Actor(cfg, _FixedPrompts(prompts), (), sampling, mesh=mesh)
     rows = [{"prompt": i} for i in range(len(prompts))]
 
     def run():

@@ -5,8 +5,9 @@ a curriculum and a mid-run hot reload, on 3-digit addition with held-out accurac
     python experiments/reward_collapse.py --arms grpo,gdpo --seeds 3,4
     python experiments/reward_collapse.py --smoke              # seconds; what the tests run
 
-Setting: the default experiment's model and warm start (supervised to 30% validation accuracy, shared by
-every arm of a seed), then GRPO with rollouts at TEMPERATURE 1.5 and two rewards of very different
+Setting: the default experiment's model and warm start (supervised to 30% validation accuracy; one warm
+start, seed --warm-seed (default --seed), shared by every seed and arm, so that seeds vary the RL alone;
+--warm-seed -1 gives each seed its own), then GRPO with rollouts at TEMPERATURE 1.5 and two rewards of very different
 difficulty: correctness (hard, weight CORRECT_WEIGHT) and format (easy: greedy output is always formatted,
 but hot rollouts fail it about half the time at first; weight EASY_WEIGHT, high). Arms (one
 flag each): `grpo` (sum, then group z-score), `gdpo`, `per_dim`, `grpo_low_easy` (the easy weight lowered),
@@ -29,7 +30,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import numpy as np  # noqa: E402
 from arithmetic import SFT, SFT_SMOKE  # noqa: E402
 from arithmetic import get_config as arithmetic_config  # noqa: E402
-from study import Arm, last_mean, plot_curves, run_study, study_settings, write_study  # noqa: E402
+from study import Arm, last_mean, plot_curves, run_study, study_settings, warm_start_note, write_study  # noqa: E402
 
 from grpo_jax.cli import parse_args  # noqa: E402
 from grpo_jax.config import TrainConfig, override  # noqa: E402
@@ -124,10 +125,10 @@ def verdict(results: dict) -> dict:
 
 def main(argv=None) -> dict:
     args, cfg = parse_args(argv, description=__doc__, get_config=get_config)
-    out, seeds, sft = study_settings(args, cfg, "runs/reward_collapse", warm=SFT, smoke_warm=SFT_SMOKE)
+    out, seeds, sft, warm_seed = study_settings(args, cfg, "runs/reward_collapse", warm=SFT, smoke_warm=SFT_SMOKE)
     arms = {k: v for k, v in (SMOKE_ARMS if args.smoke else ARMS).items() if not args.arms or k in args.arms.split(",")}
     study = run_study(cfg, arms, seeds=seeds, out=out, sft=sft, quiet=args.quiet, summarize=summarize,
-                      summarize_only=args.summarize_only, warm_seed=args.warm_seed)
+                      summarize_only=args.summarize_only, warm_seed=warm_seed)
     study["verdict"] = verdict(study["results"])
     study["settings"] = {"correct_weight": CORRECT_WEIGHT, "easy_weight": EASY_WEIGHT, "temperature": TEMPERATURE,
                          "low_easy_weight": LOW_EASY_WEIGHT, "steps": cfg.steps}
@@ -137,7 +138,7 @@ def main(argv=None) -> dict:
         plots.append(plot_curves(out, arms, f"reward/{d}/mean", f"reward {d}", f"reward_{d}"))
         plots.append(plot_curves(out, arms, f"reward/{d}/adv_corr_within", f"within-group corr({d}, A)",
                                  f"adv_corr_{d}"))
-    notes = (f"3-digit addition, warm start to 30% validation accuracy per seed (shared by the arms), then "
+    notes = (f"3-digit addition, {warm_start_note(warm_seed)}, then "
              f"{cfg.steps} GRPO steps with rollouts at temperature {cfg.sampling.temperature}; rewards: correctness "
              f"(weight {CORRECT_WEIGHT}) and format (weight {EASY_WEIGHT}). format_rate_final is of greedy output.")
     columns = ["accuracy_start", "accuracy_final", "accuracy_best", "format_rate_final", "collapse_ratio",

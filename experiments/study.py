@@ -49,14 +49,24 @@ class Arm:
 
 
 def study_settings(args, cfg: TrainConfig, default_out: str, *, warm: dict, smoke_warm: dict):
-    """(out dir, seeds, warm-start settings) shared by the studies: 3 seeds (or --seeds) and the study's
-    warm start (`sft.warm_start` keywords plus n_valid), the same for every arm of a seed; one seed and
-    `smoke_warm` with --smoke."""
+    """(out dir, seeds, warm-start settings, warm-start seed) shared by the studies: 3 seeds (or --seeds), the
+    study's warm start (`sft.warm_start` keywords plus n_valid; `smoke_warm` and one seed with --smoke) and the
+    seed of the one warm start every seed and arm starts from (--warm-seed, default cfg.seed; None for -1:
+    one warm start per seed)."""
     out = args.out if args.out != "runs/grpo" else default_out
     seeds = [cfg.seed] if args.smoke else [cfg.seed, cfg.seed + 1, cfg.seed + 2]
     if args.seeds:
         seeds = [int(s) for s in args.seeds.split(",")]
-    return out, seeds, dict(smoke_warm if args.smoke else warm)
+    warm_seed = cfg.seed if args.warm_seed is None else (None if args.warm_seed == -1 else args.warm_seed)
+    return out, seeds, dict(smoke_warm if args.smoke else warm), warm_seed
+
+
+def warm_start_note(warm_seed: int | None) -> str:
+    """How the arms' starting policy was made, for the results' notes."""
+    if warm_seed is None:
+        return "warm start to 30% validation accuracy per seed (shared by the arms of a seed)"
+    return (f"one warm start to 30% validation accuracy (seed {warm_seed}) shared by every seed and arm, so seeds "
+            "vary the RL alone (sampling, data order, held-out rows)")
 
 
 def _collect_finished(base: TrainConfig, arms, seeds, out: str, summarize, warm_seed: int | None) -> dict:

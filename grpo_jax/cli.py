@@ -47,8 +47,8 @@ def parse_args(argv=None, *, description: str = "", get_config=None):
     ap.add_argument("--seeds", default=None, metavar="S1,S2,...",
                     help="studies only: the seeds to train (default: --seed and the next two)")
     ap.add_argument("--warm-seed", type=int, default=None, metavar="W",
-                    help="studies only: one supervised warm start, trained with seed W, shared by every seed and arm "
-                         "(seeds then vary the RL alone); default: one warm start per seed")
+                    help="studies only: the seed of the one supervised warm start shared by every seed and arm (seeds "
+                         "then vary the RL alone; default: --seed's value); -1: one warm start per seed")
     ap.add_argument("--arms", default=None, metavar="A1,A2,...", help="studies only: the arms to train (default: all)")
     ap.add_argument("--summarize-only", action="store_true",
                     help="studies only: rebuild results.md / results.json / plots from the runs already in --out "
