@@ -108,6 +108,7 @@ class LossConfig:
     kl_cov_ratio: float = 2e-4  # KL-Cov: fraction k of valid tokens (top covariance) that get the KL penalty
     kl_cov_coef: float = 1.0  # KL-Cov: coefficient of |log ratio| on the selected tokens (verl ppo_kl_coef)
     top_entropy_quantile: float = 1.0  # fraction rho of highest-entropy tokens trained on (as TRL); 1.0 = all
+    mask_truncated: bool = False  # completions cut at max_new_tokens (no EOS) add nothing to the loss (TRL)
 
     def __post_init__(self) -> None:
         name = type(self).__name__

@@ -233,19 +233,25 @@ def advantages_and_diagnostics(exp: Experience, weights: np.ndarray, *, cfg: Adv
                                        exp.rollout, cfg=cfg)
 
 
-def batch_from_rollout(ro: sampler.Rollout, advantages_BxG) -> Batch:
-    """The update's rows (N = B*G) from a rollout and its advantages."""
+def batch_from_rollout(ro: sampler.Rollout, advantages_BxG, *, mask_truncated: bool = False) -> Batch:
+    """The update's rows (N = B*G) from a rollout and its advantages. mask_truncated: a completion that hit
+    max_new_tokens without an EOS gets an empty loss mask, so it adds nothing to the loss, its gradient or
+    the row count of the aggregation (TRL's `mask_truncated_completions`); it still counts in its group's
+    advantage statistics, which were computed before."""
     seq, seq_mask = sampler.full_sequences(ro)
     n = seq.shape[0]
-    return Batch(tokens=seq, attn_mask=seq_mask, loss_mask=ro.completion_mask.reshape(n, -1).astype(bool),
+    loss_mask = ro.completion_mask.reshape(n, -1).astype(bool)
+    if mask_truncated:
+        loss_mask = loss_mask & ~jnp.asarray(ro.truncated).reshape(n, 1)
+    return Batch(tokens=seq, attn_mask=seq_mask, loss_mask=loss_mask,
                  old_logp=ro.logprobs.reshape(n, -1), advantages=jnp.asarray(advantages_BxG).reshape(n),
                  temperatures=ro.temperatures.reshape(n, -1))
 
 
-def make_batch(exp: Experience, advantages_BxG, mesh) -> Batch:
+def make_batch(exp: Experience, advantages_BxG, mesh, *, mask_truncated: bool = False) -> Batch:
     """`batch_from_rollout` on the mesh: rows sharded over its data axes when they divide evenly, else
     replicated."""
-    batch = batch_from_rollout(exp.rollout, advantages_BxG)
+    batch = batch_from_rollout(exp.rollout, advantages_BxG, mask_truncated=mask_truncated)
     split = batch.tokens.shape[0] % sharding.data_ways(mesh) == 0
     several = jax.process_count() > 1  # a mesh over processes takes host values (every process passes the same)
 

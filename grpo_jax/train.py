@@ -421,7 +421,7 @@ class Trainer:
                                               advantage=cfg.advantage, temperature=temperature)
         t1 = time.perf_counter()
         adv, diag = experience.advantages_and_diagnostics(exp, weights, cfg=cfg.advantage)
-        batch = experience.make_batch(exp, adv, self.mesh)
+        batch = experience.make_batch(exp, adv, self.mesh, mask_truncated=cfg.loss.mask_truncated)
         self.state, upd = self.train_step(self.state, batch, k_update, jnp.float32(coef))
         metrics, histograms = experience.flatten_metrics({**diag, **upd}, dims)
         t2 = time.perf_counter()
