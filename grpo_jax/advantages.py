@@ -231,6 +231,51 @@ def per_dim(
     return _finish(fused_BG, _aux(fused_BG, zero_var_B, valid_BG))
 
 
+def _comb(n: Array, k: Array) -> Array:
+    """Binomial coefficient C(n, k) for float n, k >= 0 (0 when k > n), through log-gamma: exact enough
+    for group sizes up to a few hundred."""
+    ok = (k >= 0) & (k <= n)
+    log_c = jax.lax.lgamma(n + 1.0) - jax.lax.lgamma(k + 1.0) - jax.lax.lgamma(jnp.maximum(n - k, 0.0) + 1.0)
+    return jnp.where(ok, jnp.round(jnp.exp(log_c)), 0.0)
+
+
+def _passk_group(success_G: Array, mask_G: Array, *, k: int) -> tuple[Array, Array]:
+    """Pass@k advantages of one group of binary outcomes (Chen et al. 2025, "Pass@k Training for Adaptively
+    Balancing Exploration and Exploitation", analytical form; verl ``_calc_passk_adv``). With n valid rows,
+    c successes:
+
+        rho   = 1 - C(n-c, k) / C(n, k)               the group's unbiased pass@k
+        sigma = sqrt(rho (1 - rho))
+        A_+   = (1 - rho) / sigma                      every success
+        A_-   = (1 - rho - C(n-c-1, k-1) / C(n-1, k-1)) / sigma     every failure
+
+    Degenerate (all 0): sigma = 0 (no success, or every k-subset holds one), k > n, or n < 2."""
+    n = jnp.sum(mask_G).astype(jnp.float32)
+    c = jnp.sum(mask_G & success_G).astype(jnp.float32)
+    kf = jnp.float32(k)
+    rho = 1.0 - _comb(n - c, kf) / jnp.maximum(_comb(n, kf), 1.0)
+    sigma = jnp.sqrt(jnp.maximum(rho * (1.0 - rho), 0.0))
+    degenerate = (n < 2) | (kf > n) | (sigma <= 0.0)
+    safe = jnp.where(degenerate, 1.0, sigma)
+    miss = _comb(n - c - 1.0, kf - 1.0) / jnp.maximum(_comb(n - 1.0, kf - 1.0), 1.0)
+    adv_G = jnp.where(success_G, (1.0 - rho) / safe, (1.0 - rho - miss) / safe)
+    return jnp.where(mask_G & ~degenerate, adv_G, 0.0), degenerate
+
+
+def passk(
+    rewards: Array, weights: Array, *, valid: Array | None = None, cfg: AdvantageConfig
+) -> tuple[Array, Aux]:
+    """Pass@k advantage (see ``_passk_group``): a row succeeds when its weighted total reaches
+    ``cfg.pass_threshold``; k = ``cfg.pass_k``. k = 1 gives (r - p) / sqrt(p (1 - p)): GRPO on the 0/1
+    outcomes with the population std and no eps. Larger k rewards a group for having *some* success, so a
+    failure in a group that already passes@k is penalised less, which keeps exploring."""
+    rewards_BGK, weights_K, valid_BG = _prepare(rewards, weights, valid)
+    total_BG = weighted_total(rewards_BGK, weights_K)
+    success_BG = total_BG >= cfg.pass_threshold
+    adv_BG, zero_var_B = jax.vmap(functools.partial(_passk_group, k=cfg.pass_k))(success_BG, valid_BG)
+    return _finish(adv_BG, _aux(total_BG, zero_var_B, valid_BG))
+
+
 # The registry. `config.ADVANTAGE_ESTIMATORS` is the one list of names (config validates against it and
 # says what each is); each name is the function of that name above.
 ESTIMATORS: dict[str, Estimator] = {name: globals()[name] for name in ADVANTAGE_ESTIMATORS}

@@ -30,6 +30,7 @@ ADVANTAGE_ESTIMATORS = (
     "reinforce_pp_baseline",  # group mean, then batch whitening (REINFORCE++-baseline)
     "gdpo",  # per-dimension group z-score, weighted sum, batch z-score (GDPO)
     "per_dim",  # per-dimension group z-score, weighted sum, no batch step
+    "passk",  # pass@k advantage of binary outcomes (Chen et al. 2025; verl _calc_passk_adv)
 )
 POLICY_LOSSES = ("ppo", "vanilla", "gspo", "gspo_token", "clip_cov", "kl_cov")
 AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
@@ -72,6 +73,8 @@ class AdvantageConfig:
     std_ddof: int = 1  # 1 = Bessel-corrected std as torch.std in TRL, verl, tunix GRPO; 0 = population std
     eps: float = 1e-6  # added to the group std: 1e-6 matches verl compute_grpo_outcome_advantage and tunix
     batch_norm_eps: float = 1e-4  # added to the batch std (gdpo, rpp baseline, grpo_batch_std): TRL, NVlabs GDPO
+    pass_k: int = 2  # passk: the k of pass@k (k = 1 is GRPO with the population std)
+    pass_threshold: float = 1.0  # passk: a row is a success when its weighted total reaches this
 
     def __post_init__(self) -> None:
         name = type(self).__name__
@@ -82,6 +85,8 @@ class AdvantageConfig:
             _fail(name, "eps", f"must be >= 0, got {self.eps!r}")
         if not self.batch_norm_eps >= 0.0:
             _fail(name, "batch_norm_eps", f"must be >= 0, got {self.batch_norm_eps!r}")
+        if not (isinstance(self.pass_k, int) and self.pass_k >= 1):
+            _fail(name, "pass_k", f"must be an int >= 1, got {self.pass_k!r}")
 
 
 @dataclasses.dataclass(frozen=True)
