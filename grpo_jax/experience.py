@@ -154,7 +154,8 @@ def collect(actor: Actor, params, draw: Callable[[int], list[Row]], key: jax.Arr
                          temperature=temperature)
         buffer.add(informative_groups(exp.rewards, weights, cfg=advantage))
         rounds.append(exp)
-    rule = "fused_dimensions_vary" if advantage.estimator in adv_lib.PER_DIMENSION else "total_varies"
+    rule = ("fused_dimensions_vary" if advantage.estimator in adv_lib.PER_DIMENSION
+            else "pass_at_k_varies" if advantage.estimator == "passk" else "total_varies")
     metrics = {**buffer.metrics(), "dynamic/rule": rule}
     return select_groups(rounds, buffer.selection(), pad_id=actor.tokenizer.pad_id), metrics
 
