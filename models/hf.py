@@ -105,6 +105,15 @@ def config_to_hf(cfg: ModelConfig, base: dict[str, Any] | None = None) -> dict[s
         raise CheckpointError(f"{cfg.arch} checkpoints always have q/k/v biases: set qkv_bias=True")
     if (cfg.arch == "qwen2_vl") != (cfg.rope_kind == "mrope"):
         raise CheckpointError(f"arch={cfg.arch!r} does not go with rope_kind={cfg.rope_kind!r}")
+    if cfg.rope_kind == "rope2d":  # no HF text decoder rotates by 2D positions; it would load as plain RoPE
+        raise CheckpointError("rope_kind='rope2d' has no Llama/Qwen2/Qwen2-VL checkpoint format (it would load "
+                              "back as plain RoPE and compute something else)")
+    if cfg.arch == "qwen2_vl" and cfg.head_dim * cfg.n_heads != cfg.d_model:
+        # transformers' Qwen2-VL attention takes head_dim = hidden_size // num_attention_heads, whatever
+        # config.json says, so such a checkpoint fails to load there
+        raise CheckpointError(f"a Qwen2-VL checkpoint needs head_dim * n_heads == d_model (transformers derives "
+                              f"head_dim from them), got head_dim={cfg.head_dim}, n_heads={cfg.n_heads}, "
+                              f"d_model={cfg.d_model}")
     rope = {"rope_type": "default", "rope_theta": cfg.rope_theta}
     if cfg.rope_kind == "mrope":
         if cfg.mrope_interleaved:

@@ -134,3 +134,17 @@ def test_save_hf_refuses_what_hf_cannot_hold(tmp_path):
     with pytest.raises(models.CheckpointError, match="gate"):
         models.save_hf(cfg, params, str(tmp_path / "x"))
     assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.parametrize(("changes", "word"), [
+    (dict(rope_kind="rope2d"), "rope2d"),  # would load back as plain RoPE
+    # transformers' Qwen2-VL derives head_dim = hidden_size // heads: 16 * 4 = 64 != d_model 128
+    (dict(arch="qwen2_vl", rope_kind="mrope", mrope_sections=(2, 3, 3), qkv_bias=True, head_dim=16, n_heads=4,
+          n_kv_heads=2, d_model=128), "head_dim"),
+])
+def test_save_hf_refuses_configs_transformers_would_misread(tmp_path, changes, word):
+    cfg = models.tiny().replace(**changes)
+    params = models.init_params(cfg, __import__("jax").random.key(0))
+    with pytest.raises(models.CheckpointError, match=word):
+        models.save_hf(cfg, params, str(tmp_path / "x"))
+    assert not (tmp_path / "x").exists()
