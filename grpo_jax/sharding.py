@@ -162,12 +162,17 @@ def data_ways(mesh: Mesh) -> int:
     return mesh.shape["data"] * mesh.shape["fsdp"]
 
 
+def padded_rows(mesh: Mesh, n: int) -> int:
+    """n rows rounded up to a multiple of the data x fsdp ways (what `shard_rows` places)."""
+    return n + (-n % data_ways(mesh))
+
+
 def shard_rows(mesh: Mesh, *arrays: np.ndarray) -> tuple:
     """Host arrays with the same leading (row) size n, placed on the mesh with rows split over data x fsdp.
     When n does not divide by the ways, the last row is repeated to the next multiple (callers keep the
     first n rows of what they compute); returns the placed arrays."""
-    ways, n = data_ways(mesh), arrays[0].shape[0]
-    pad = -n % ways
+    n = arrays[0].shape[0]
+    pad = padded_rows(mesh, n) - n
     out = []
     for a in arrays:
         a = np.asarray(a)
@@ -186,7 +191,7 @@ def process_rows(mesh: Mesh | None, n: int) -> list[np.ndarray]:
     can be put back together without sending indices. One process (or no mesh): all rows."""
     if mesh is None or jax.process_count() == 1:
         return [np.arange(n)]
-    padded = n + (-n % data_ways(mesh))
+    padded = padded_rows(mesh, n)
     owner = np.full(padded, -1)
     for device, index in batch_sharding(mesh, 1).devices_indices_map((padded,)).items():
         rows = np.arange(padded)[index[0]]
