@@ -7,8 +7,8 @@ no control against ten controls and the documented pause-and-rollback, on 3-digi
 
 Setting: the default experiment's model and warm start (supervised to 30% validation accuracy; mean token
 entropy about 0.2-0.3 nats at the start of RL; one warm start, seed --warm-seed (default --seed), shared by
-every seed and arm, so that seeds vary the RL alone; --warm-seed -1 gives each seed its own), then GRPO with the causes of
-collapse the arms fight: a learning rate too high (LR, 5x the default) and a dense 0/1 correctness reward.
+every seed and arm, so that seeds vary the RL alone; --warm-seed -1 gives each seed its own), then GRPO with
+the causes of collapse the arms fight: a learning rate too high (LR, 5x the default) and a dense 0/1 correctness reward.
 Arms: `none`; `entropy_bonus_warmup`; `adaptive_coef`; `adaptive_temperature`; `per_token_temperature`;
 `clip_higher`; `clip_cov`; `kl_cov`; `lower_lr` (the default 1e-4); `higher_kl` (beta BETA); and
 `pause_rollback`: the median-entropy alarm pauses the run, and the rollback command of its report resumes
@@ -31,9 +31,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import numpy as np  # noqa: E402
 from arithmetic import SFT, SFT_SMOKE  # noqa: E402
 from arithmetic import get_config as arithmetic_config  # noqa: E402
-from study import Arm, last_mean, plot_curves, run_study, study_settings, warm_start_note, write_study  # noqa: E402
+from study import Arm, launch, last_mean, plot_curves, warm_start_note, write_study  # noqa: E402
 
-from grpo_jax.cli import parse_args  # noqa: E402
 from grpo_jax.config import MonitorConfig, TrainConfig, override, to_dict  # noqa: E402
 
 LR = 5e-4
@@ -142,11 +141,9 @@ def verdict(results: dict, measure: str = "entropy_p50") -> dict:
 
 
 def main(argv=None) -> dict:
-    args, cfg = parse_args(argv, description=__doc__, get_config=get_config)
-    out, seeds, sft, warm_seed = study_settings(args, cfg, "runs/entropy_collapse", warm=SFT, smoke_warm=SFT_SMOKE)
-    arms = {k: v for k, v in ARMS.items() if not args.arms or k in args.arms.split(",")}
-    study = run_study(cfg, arms, seeds=seeds, out=out, sft=sft, quiet=args.quiet, summarize=summarize,
-                      summarize_only=args.summarize_only, warm_seed=warm_seed)
+    args, cfg, out, arms, warm_seed, study = launch(argv, doc=__doc__, get_config=get_config, arms=ARMS,
+                                                    default_out="runs/entropy_collapse", summarize=summarize, warm=SFT,
+                                                    smoke_warm=SFT_SMOKE)
     study["verdict"] = verdict(study["results"])
     study["settings"] = {"lr": LR, "beta_higher_kl": BETA, "steps": cfg.steps, "rewards": REWARDS}
     plots = [plot_curves(out, arms, "entropy/mean", "mean token entropy (nats)", "entropy", log=True),

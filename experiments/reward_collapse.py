@@ -30,9 +30,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import numpy as np  # noqa: E402
 from arithmetic import SFT, SFT_SMOKE  # noqa: E402
 from arithmetic import get_config as arithmetic_config  # noqa: E402
-from study import Arm, last_mean, plot_curves, run_study, study_settings, warm_start_note, write_study  # noqa: E402
+from study import Arm, launch, last_mean, plot_curves, warm_start_note, write_study  # noqa: E402
 
-from grpo_jax.cli import parse_args  # noqa: E402
 from grpo_jax.config import TrainConfig, override  # noqa: E402
 
 CORRECT_WEIGHT = 1.0
@@ -124,11 +123,9 @@ def verdict(results: dict) -> dict:
 
 
 def main(argv=None) -> dict:
-    args, cfg = parse_args(argv, description=__doc__, get_config=get_config)
-    out, seeds, sft, warm_seed = study_settings(args, cfg, "runs/reward_collapse", warm=SFT, smoke_warm=SFT_SMOKE)
-    arms = {k: v for k, v in (SMOKE_ARMS if args.smoke else ARMS).items() if not args.arms or k in args.arms.split(",")}
-    study = run_study(cfg, arms, seeds=seeds, out=out, sft=sft, quiet=args.quiet, summarize=summarize,
-                      summarize_only=args.summarize_only, warm_seed=warm_seed)
+    args, cfg, out, arms, warm_seed, study = launch(
+        argv, doc=__doc__, get_config=get_config, arms=ARMS, smoke_arms=SMOKE_ARMS, default_out="runs/reward_collapse",
+        summarize=summarize, warm=SFT, smoke_warm=SFT_SMOKE)
     study["verdict"] = verdict(study["results"])
     study["settings"] = {"correct_weight": CORRECT_WEIGHT, "easy_weight": EASY_WEIGHT, "temperature": TEMPERATURE,
                          "low_easy_weight": LOW_EASY_WEIGHT, "steps": cfg.steps}

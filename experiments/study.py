@@ -48,6 +48,38 @@ class Arm:
     on_pause: tuple | None = None
 
 
+RECOMPUTE = "sampling.old_logp_source=recompute"
+# The objectives a researcher ablates on either collapse study's setting, one name each (--arms NAME):
+# not run by default; each is the study's base config with one change (docs/algorithms.md §3-§4).
+OBJECTIVE_ARMS = {
+    "gspo": Arm(("loss.policy_loss=gspo",)),
+    "cispo": Arm(("loss.policy_loss=cispo",)),
+    "sapo": Arm(("loss.policy_loss=sapo",)),
+    "gmpo": Arm(("loss.policy_loss=gmpo",)),
+    "dppo_tv": Arm(("loss.policy_loss=dppo_tv",)),
+    "dppo_kl": Arm(("loss.policy_loss=dppo_kl",)),
+    "passk": Arm(("advantage.estimator=passk",)),
+    "mask_truncated": Arm(("loss.mask_truncated=true",)),
+    "tis": Arm((RECOMPUTE, "loss.tis_cap=2.0")),
+    "icepop": Arm((RECOMPUTE, "loss.icepop=[0.5, 5.0]")),
+    "opsm": Arm(("loss.opsm_delta=0.5",)),
+}
+
+
+def select_arms(arms: dict, names: str | None) -> dict:
+    """The study's own arms (all of them without --arms), or the ones --arms names, in the order given; the
+    names of OBJECTIVE_ARMS are accepted too. An unknown name is an error listing the known ones."""
+    if not names:
+        return dict(arms)
+    known = {**arms, **{k: v for k, v in OBJECTIVE_ARMS.items() if k not in arms}}
+    wanted = [n.strip() for n in names.split(",") if n.strip()]
+    unknown = [n for n in wanted if n not in known]
+    if unknown:
+        raise SystemExit(f"--arms: unknown arm(s) {', '.join(unknown)}; this study's arms: {', '.join(arms)}; "
+                         f"objective arms: {', '.join(OBJECTIVE_ARMS)}")
+    return {n: known[n] for n in wanted}
+
+
 def study_settings(args, cfg: TrainConfig, default_out: str, *, warm: dict, smoke_warm: dict):
     """(out dir, seeds, warm-start settings, warm-start seed) shared by the studies: 3 seeds (or --seeds), the
     study's warm start (`sft.warm_start` keywords plus n_valid; `smoke_warm` and one seed with --smoke) and the
@@ -59,6 +91,21 @@ def study_settings(args, cfg: TrainConfig, default_out: str, *, warm: dict, smok
         seeds = [int(s) for s in args.seeds.split(",")]
     warm_seed = cfg.seed if args.warm_seed is None else (None if args.warm_seed == -1 else args.warm_seed)
     return out, seeds, dict(smoke_warm if args.smoke else warm), warm_seed
+
+
+def launch(argv, *, doc: str, get_config, arms: dict, default_out: str, summarize, warm: dict, smoke_warm: dict,
+           smoke_arms: dict | None = None):
+    """What every study's main() starts with: parse the command line, pick the arms (`select_arms`; from
+    `smoke_arms` with --smoke when given), train
+    (or with --summarize-only collect) every arm and seed. Returns (args, cfg, out, arms, warm_seed, study)."""
+    from grpo_jax.cli import parse_args
+
+    args, cfg = parse_args(argv, description=doc, get_config=get_config)
+    out, seeds, sft, warm_seed = study_settings(args, cfg, default_out, warm=warm, smoke_warm=smoke_warm)
+    arms = select_arms(smoke_arms if args.smoke and smoke_arms else arms, args.arms)
+    study = run_study(cfg, arms, seeds=seeds, out=out, sft=sft, quiet=args.quiet, summarize=summarize,
+                      summarize_only=args.summarize_only, warm_seed=warm_seed)
+    return args, cfg, out, arms, warm_seed, study
 
 
 def warm_start_note(warm_seed: int | None) -> str:
@@ -168,6 +215,11 @@ def last_mean(rows: list[dict], key: str, n: int = 20) -> float:
     return float(np.mean(values)) if values else float("nan")
 
 
+def _num(v: float) -> str:
+    """3 decimals, or 3 significant digits for magnitudes under 1e-3 (a float32 gap of 1e-7 is not 0.000)."""
+    return f"{v:.3f}" if v == 0 or not np.isfinite(v) or abs(v) >= 1e-3 else f"{v:.2e}"
+
+
 def table(results: dict, columns: list[str]) -> str:
     """Markdown table: one row per arm, mean +- std over seeds of each column."""
     lines = ["| arm | " + " | ".join(columns) + " |", "|---|" + "---|" * len(columns)]
@@ -175,7 +227,7 @@ def table(results: dict, columns: list[str]) -> str:
         cells = []
         for c in columns:
             v = np.array([r[c] for r in runs], float)
-            cells.append(f"{np.nanmean(v):.3f} +- {np.nanstd(v):.3f}" if len(v) > 1 else f"{v[0]:.3f}")
+            cells.append(f"{_num(np.nanmean(v))} +- {_num(np.nanstd(v))}" if len(v) > 1 else _num(v[0]))
         lines.append(f"| {arm} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -224,7 +276,7 @@ def seed_table(results: dict, columns: list[str]) -> str:
     lines = ["| arm | seed | " + " | ".join(columns) + " |", "|---|---|" + "---|" * len(columns)]
     for arm, runs in results.items():
         for r in runs:
-            cells = [f"{r[c]:.3f}" if isinstance(r.get(c), float) else str(r.get(c)) for c in columns]
+            cells = [_num(r[c]) if isinstance(r.get(c), float) else str(r.get(c)) for c in columns]
             lines.append(f"| {arm} | {r['seed']} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

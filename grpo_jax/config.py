@@ -32,13 +32,22 @@ ADVANTAGE_ESTIMATORS = (
     "per_dim",  # per-dimension group z-score, weighted sum, no batch step
     "passk",  # pass@k advantage of binary outcomes (Chen et al. 2025; verl _calc_passk_adv)
 )
-POLICY_LOSSES = ("ppo", "vanilla", "gspo", "gspo_token", "clip_cov", "kl_cov")
+POLICY_LOSSES = ("ppo", "vanilla", "gspo", "gspo_token", "clip_cov", "kl_cov", "cispo", "sapo", "gmpo", "dppo_tv",
+                 "dppo_kl")
 AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
 KL_ESTIMATORS = ("k1", "k2", "k3")
 
 # Clip ranges used when eps_low / eps_high are left as None.
 _PPO_EPS = (0.2, 0.2)  # PPO / GRPO / verl clip_ratio default
 _GSPO_EPS = (3e-4, 4e-4)  # GSPO paper v2 §5.1
+# eps_low / eps_high defaults per policy loss where they differ from _PPO_EPS (what each means: docs/algorithms.md §4)
+_LOSS_EPS = {
+    "gspo": _GSPO_EPS, "gspo_token": _GSPO_EPS,
+    "cispo": (1.0, 4.0),  # IS weight clipped to [0, 5]: no lower bound (MiniMax-M1), eps_max 5 (ScaleRL; TRL docs)
+    "gmpo": (0.4, 0.4),  # log-ratio clipped to [-0.4, 0.4] (GMPO paper §4; verl geo_mean with clip_ratio 0.4)
+    "dppo_tv": (0.2, 0.2),  # binary-TV trust region delta (prime-rl dppo_mask_low / dppo_mask_high defaults)
+    "dppo_kl": (0.2, 0.2),  # binary-KL trust region delta (verl dppo_kl reads the same clip_ratio_low / _high)
+}
 
 
 def _fail(cls: str, field: str, msg: str) -> None:
@@ -98,8 +107,8 @@ class LossConfig:
     """
 
     policy_loss: str = "ppo"  # one of POLICY_LOSSES ("vanilla" is verl's name for "ppo")
-    eps_low: float | None = None  # lower clip 1-eps_low; None -> 0.2, or 3e-4 for gspo / gspo_token
-    eps_high: float | None = None  # upper clip 1+eps_high; None -> 0.2 (4e-4 for gspo); DAPO clip-higher 0.28
+    eps_low: float | None = None  # lower clip 1-eps_low; None -> the loss's default (_LOSS_EPS; else 0.2)
+    eps_high: float | None = None  # upper clip 1+eps_high; None -> the loss's default; DAPO clip-higher 0.28
     dual_clip_c: float | None = None  # dual-clip bound for A<0 (loss <= -c*A); None = off, verl uses 3.0
     log_ratio_clamp: float = 20.0  # |log ratio| clamp before exp, as verl (also the k3 log-ratio clamp)
     agg_mode: str = "seq-mean-token-mean"  # one of AGG_MODES; GRPO paper default
@@ -114,19 +123,28 @@ class LossConfig:
     kl_cov_coef: float = 1.0  # KL-Cov: coefficient of |log ratio| on the selected tokens (verl ppo_kl_coef)
     top_entropy_quantile: float = 1.0  # fraction rho of highest-entropy tokens trained on (as TRL); 1.0 = all
     mask_truncated: bool = False  # completions cut at max_new_tokens (no EOS) add nothing to the loss (TRL)
-
+    sapo_tau_pos: float = 1.0  # SAPO gate temperature for A > 0 (SAPO paper; TRL sapo_temperature_pos)
+    sapo_tau_neg: float = 1.05  # SAPO gate temperature for A <= 0 (TRL sapo_temperature_neg)
+    # Sampler-trainer corrections, rho_s = pi_old / pi_sampler per token (pi_old: the trainer's teacher-forced
+    # logprobs before the update, so all but opsm_delta / kl_is need sampling.old_logp_source=recompute).
+    # All off by default: the default run's gap is ~1e-6 in float32 (docs/algorithms.md §4.10).
+    tis_cap: float | None = None  # token truncated IS: policy loss x min(rho_s, C) (TRL token_truncate, C 3)
+    icepop: tuple | None = None  # (C_low, C_high): masked IS, weight rho_s inside, 0 outside (IcePop: 0.5, 5)
+    seq_mask: tuple | None = None  # (low, high): rows whose geometric-mean rho_s is outside masked (verl geometric)
+    opsm_delta: float | None = None  # rows with A < 0 and mean(log pi_sampler - log pi_theta) > delta masked
+    kl_is: bool = False  # KL term x pi_theta / pi_sampler (DeepSeek-V3.2 unbiased KL; TRL use_bias_correction_kl)
     def __post_init__(self) -> None:
         name = type(self).__name__
         _check_choice(name, "policy_loss", self.policy_loss, POLICY_LOSSES)
         _check_choice(name, "agg_mode", self.agg_mode, AGG_MODES)
         _check_choice(name, "kl_estimator", self.kl_estimator, KL_ESTIMATORS)
-        default_low, default_high = _GSPO_EPS if self.policy_loss.startswith("gspo") else _PPO_EPS
+        default_low, default_high = _LOSS_EPS.get(self.policy_loss, _PPO_EPS)
         if self.eps_low is None:
             object.__setattr__(self, "eps_low", default_low)
         if self.eps_high is None:
             object.__setattr__(self, "eps_high", default_high)
-        if not 0.0 <= self.eps_low < 1.0:
-            _fail(name, "eps_low", f"must be in [0, 1), got {self.eps_low!r}")
+        if not 0.0 <= self.eps_low <= 1.0:  # 1: no lower bound (ratios are >= 0)
+            _fail(name, "eps_low", f"must be in [0, 1], got {self.eps_low!r}")
         if not self.eps_high >= 0.0:
             _fail(name, "eps_high", f"must be >= 0, got {self.eps_high!r}")
         if self.dual_clip_c is not None and not self.dual_clip_c > 1.0:
@@ -150,6 +168,27 @@ class LossConfig:
             _fail(name, "kl_cov_coef", f"must be >= 0, got {self.kl_cov_coef!r}")
         if not 0.0 < self.top_entropy_quantile <= 1.0:
             _fail(name, "top_entropy_quantile", f"must be in (0, 1], got {self.top_entropy_quantile!r}")
+        for field in ("sapo_tau_pos", "sapo_tau_neg"):
+            if not getattr(self, field) > 0.0:
+                _fail(name, field, f"must be > 0, got {getattr(self, field)!r}")
+        if self.tis_cap is not None and not self.tis_cap > 0.0:
+            _fail(name, "tis_cap", f"must be None or > 0, got {self.tis_cap!r}")
+        for field in ("icepop", "seq_mask"):
+            bounds = getattr(self, field)
+            if bounds is None:
+                continue
+            if not (isinstance(bounds, (tuple, list)) and len(bounds) == 2
+                    and all(isinstance(b, (int, float)) and not isinstance(b, bool) for b in bounds)
+                    and 0.0 <= bounds[0] < bounds[1]):
+                _fail(name, field, f"must be None or [low, high] with 0 <= low < high, got {bounds!r}")
+            object.__setattr__(self, field, (float(bounds[0]), float(bounds[1])))
+        if self.opsm_delta is not None and not self.opsm_delta >= 0.0:
+            _fail(name, "opsm_delta", f"must be None or >= 0, got {self.opsm_delta!r}")
+
+    @property
+    def corrects_gap(self) -> bool:
+        """Whether a correction needs pi_old / pi_sampler (the trainer's logprobs beside the sampler's)."""
+        return self.tis_cap is not None or self.icepop is not None or self.seq_mask is not None
 
 
 # --------------------------------------------------------------------------------------------------
@@ -353,6 +392,8 @@ def default_rules() -> tuple[AlarmRule, ...]:
         AlarmRule("length/truncated_frac", "above", 0.5, patience=5),
         AlarmRule("repetition/rate", "above", 0.3, patience=3),
         AlarmRule("kl", "above", 1.0, patience=3),
+        # the sampler and the trainer disagree on the rollout's tokens: KL(sampler || trainer) per token (k3)
+        AlarmRule("gap/kl", "above", 0.01, patience=3, name="sampler_trainer_gap"),
         AlarmRule("clip_frac_high", "above", 0.2, patience=3),
         AlarmRule("clip_frac_low", "above", 0.2, patience=3),
         AlarmRule("loss", "nonfinite", action="pause", patience=3),  # one NaN step is skipped; three is broken
@@ -590,9 +631,14 @@ class LoggingConfig:
     samples_per_step: int = 2  # completions written to samples.jsonl per step
     tensorboard: bool = True  # TensorBoard event files under <out>/tb
     progress: bool = True  # live progress bar on stderr
+    gap_every: int = 10  # gap/* every N steps (one extra teacher-forced pass); every step with recompute; 0: only then
+    gap_bound: float = 2.0  # C of gap/token_out_frac and gap/seq_out_frac: ratios outside [1/C, C]
 
     def __post_init__(self):
         _at_least(self, ("eval_every",), 0, " (N = every N steps, 0 = only at the end)")
+        _at_least(self, ("gap_every",), 0, " (N = every N steps, 0 = only when the recompute pass runs)")
+        if not self.gap_bound > 1.0:
+            _fail("LoggingConfig", "gap_bound", f"must be > 1, got {self.gap_bound!r}")
         _at_least(self, ("samples_per_step",), 0)
 
 
@@ -635,6 +681,10 @@ class TrainConfig:
             _fail("TrainConfig", "minibatches",
                   f"prompts_per_step * group_size = {rows} must split into minibatches * microbatches = "
                   f"{self.minibatches * self.microbatches}")
+        if self.loss.corrects_gap and self.sampling.old_logp_source != "recompute":
+            _fail("TrainConfig", "sampling.old_logp_source",
+                  "loss.tis_cap / loss.icepop / loss.seq_mask weigh pi_old / pi_sampler, so pi_old must be the "
+                  "trainer's own logprobs: set sampling.old_logp_source=recompute (with 'sampler' the ratio is 1)")
 
 
 # Fields whose change makes resuming a checkpoint unsafe (shapes or the meaning of the optimizer state).

@@ -242,3 +242,41 @@ def length_diagnostics(lengths: Array, truncated: Array, *, max_len: int | None 
     if max_len:
         out["length/mean_frac"] = out["length/mean"] / max_len
     return out
+
+
+def _k3(x: Array) -> Array:
+    """k3 = e^x - 1 - x without the cancellation that rounds it to 0 in float32 for |x| < ~3e-4 (the gap
+    between two float32 passes is ~1e-7): its Taylor series x^2/2 + x^3/6 + x^4/24 below |x| = 1e-2
+    (truncation error < x^5/120, relative 2e-12), expm1(x) - x above."""
+    series = x * x * (0.5 + x * (1.0 / 6.0 + x / 24.0))
+    return jnp.where(jnp.abs(x) < 1e-2, series, jnp.expm1(x) - x)
+
+
+def sampler_trainer_gap(trainer_logp: Array, sampler_logp: Array, mask: Array, *, bound: float) -> dict[str, Array]:
+    """How far the rollout's logprobs are from the trainer's teacher-forced ones for the same tokens, with
+    rho = pi_trainer / pi_sampler per valid token (logprobs [N, T], mask [N, T]):
+
+        gap/abs_logp        token mean of |log pi_trainer - log pi_sampler|
+        gap/kl              token mean of k3 = rho - 1 - log rho, an estimate of KL(sampler || trainer)
+                            from the sampler's tokens (Schulman 2020; verl rollout_corr ``kl`` uses k1 and k3)
+        gap/ratio_max, gap/ratio_min, gap/ratio_p99   of rho
+        gap/token_out_frac  fraction of tokens with rho outside [1/bound, bound]
+        gap/seq_out_frac    fraction of sequences whose weight prod_t rho (exp of the summed log-ratios, the
+                            sequence's importance weight) is outside [1/bound, bound]
+    """
+    mask = jnp.asarray(mask, bool)
+    log_rho = jnp.where(mask, trainer_logp.astype(jnp.float32) - sampler_logp.astype(jnp.float32), 0.0)
+    log_rho = jnp.clip(log_rho, -20.0, 20.0)  # as the losses' log_ratio_clamp: exp stays finite
+    rho = jnp.exp(log_rho)
+    log_bound = jnp.log(jnp.float32(bound))
+    rows = jnp.any(mask, -1)
+    seq_log = jnp.sum(log_rho, -1)
+    return {
+        "gap/abs_logp": _masked_mean(jnp.abs(log_rho), mask),
+        "gap/kl": _masked_mean(_k3(log_rho), mask),
+        "gap/ratio_max": jnp.where(jnp.any(mask), jnp.max(jnp.where(mask, rho, -jnp.inf)), 1.0),
+        "gap/ratio_min": jnp.where(jnp.any(mask), jnp.min(jnp.where(mask, rho, jnp.inf)), 1.0),
+        "gap/ratio_p99": masked_quantile(rho, mask, 0.99),
+        "gap/token_out_frac": _masked_mean((jnp.abs(log_rho) > log_bound).astype(jnp.float32), mask),
+        "gap/seq_out_frac": _masked_mean((jnp.abs(seq_log) > log_bound).astype(jnp.float32), rows),
+    }

@@ -6,7 +6,7 @@ come from the trainer's forward and carry gradient). All maths in float32; sign 
 quantities are a loss to MINIMISE, i.e. -surrogate.
 
     rho_{i,t} = exp(clamp(logp - old_logp, -c_log, c_log))                          (c_log = log_ratio_clamp)
-    l_{i,t}   = policy_loss_{i,t} + beta * KL_{i,t} - entropy_coef * H_{i,t}
+    l_{i,t}   = w_{i,t} policy_loss_{i,t} + beta * KL_{i,t} - entropy_coef * H_{i,t}   (w: sampler-trainer correction)
     loss      = numerator / denominator                                             (see ``aggregate``)
 
 Gradient accumulation and data parallelism: ``loss_terms`` returns (numerator, denominator). The
@@ -214,10 +214,113 @@ def kl_cov_loss(
     ratio = jnp.exp(log_ratio)
     num_sel = jnp.maximum(jnp.floor(cfg.kl_cov_ratio * jnp.sum(mask)), 1).astype(jnp.int32)
     selected = mask & (_descending_rank(token_covariance(logp, adv, mask), mask) < num_sel)
-    loss = -adv * ratio + jnp.where(selected, cfg.kl_cov_coef * jnp.abs(log_ratio), 0.0)
+    # |log rho| as log rho * sign(log rho): derivative 0 at rho = 1, as torch.abs in verl (jnp.abs' is 1 there)
+    abs_log_ratio = log_ratio * jax.lax.stop_gradient(jnp.sign(log_ratio))
+    loss = -adv * ratio + jnp.where(selected, cfg.kl_cov_coef * abs_log_ratio, 0.0)
     no_clip = jnp.zeros_like(mask)
     maps = {"clip_frac_low": no_clip, "clip_frac_high": no_clip, "clip_frac_dual": no_clip}
     return loss, {**maps, "ratio": ratio, "cov_selected": selected}
+
+
+def cispo_loss(
+    cfg: LossConfig, *, logp: Array, old_logp: Array, adv: Array, mask: Array, key: Array
+) -> tuple[Array, Metrics]:
+    """CISPO (MiniMax-M1, Chen et al. 2025; verl ``compute_policy_loss_cispo``): the IS weight is clipped and
+    detached, the gradient flows through log pi_theta on every token (none is dropped by a clip):
+
+        l_{i,t} = -sg(clip(rho, 1 - eps_low, 1 + eps_high)) A log pi_theta       (defaults: clip to [0, 5])
+    """
+    del key
+    ratio = jnp.exp(jnp.clip(logp - old_logp, -cfg.log_ratio_clamp, cfg.log_ratio_clamp))
+    low, high = 1.0 - cfg.eps_low, 1.0 + cfg.eps_high
+    weight = jax.lax.stop_gradient(jnp.clip(ratio, low, high))
+    maps = {"clip_frac_low": ratio < low, "clip_frac_high": ratio > high, "clip_frac_dual": jnp.zeros_like(mask)}
+    return -weight * adv * logp, {**maps, "ratio": ratio}
+
+
+def sapo_loss(
+    cfg: LossConfig, *, logp: Array, old_logp: Array, adv: Array, mask: Array, key: Array
+) -> tuple[Array, Metrics]:
+    """SAPO (Gao et al. 2025, arXiv:2511.20347; verl ``compute_policy_loss_sapo``, TRL ``sapo``): a soft gate
+    instead of the hard clip, with temperature tau = sapo_tau_pos if A > 0 else sapo_tau_neg:
+
+        l_{i,t} = -A f(rho),   f(rho) = 4/tau sigmoid(tau (rho - 1)),   f'(1) = 1 (= PPO's gradient on-policy)
+    """
+    del key
+    ratio = jnp.exp(jnp.clip(logp - old_logp, -cfg.log_ratio_clamp, cfg.log_ratio_clamp))
+    tau = jnp.where(adv > 0, cfg.sapo_tau_pos, cfg.sapo_tau_neg)
+    gate = jax.nn.sigmoid(tau * (ratio - 1.0)) * (4.0 / tau)
+    no_clip = jnp.zeros_like(mask)
+    maps = {"clip_frac_low": no_clip, "clip_frac_high": no_clip, "clip_frac_dual": no_clip}
+    return -adv * gate, {**maps, "ratio": ratio}
+
+
+def gmpo_loss(
+    cfg: LossConfig, *, logp: Array, old_logp: Array, adv: Array, mask: Array, key: Array
+) -> tuple[Array, Metrics]:
+    """GMPO (Zhao et al. 2025, arXiv:2507.20673; verl ``compute_policy_loss_geo_mean``): the geometric mean of
+    the token ratios, each token's log-ratio clipped (in log space) on the side its advantage pushes:
+
+        log r~_{i,t} = sgn(A) min(sgn(A) log rho_{i,t}, sgn(A) clip(log rho_{i,t}, -eps_low, eps_high))
+        l_i          = -A_i exp(1/|o_i| sum_t log r~_{i,t})        (A_i: the row's mean advantage)
+
+    broadcast to every valid token of row i, so seq-mean-token-mean gives the paper's mean over sequences.
+    """
+    del key
+    log_ratio = jnp.clip(logp - old_logp, -cfg.log_ratio_clamp, cfg.log_ratio_clamp)
+    sign = jnp.sign(adv)
+    clipped = jnp.clip(log_ratio, -cfg.eps_low, cfg.eps_high)
+    log_r = sign * jnp.minimum(sign * log_ratio, sign * clipped)
+    n = jnp.maximum(jnp.sum(mask, -1, keepdims=True), 1)
+    seq_ratio = jnp.exp(jnp.sum(jnp.where(mask, log_r, 0.0), -1, keepdims=True) / n)
+    seq_adv = jnp.sum(jnp.where(mask, adv, 0.0), -1, keepdims=True) / n
+    loss = jnp.broadcast_to(-seq_adv * seq_ratio, logp.shape)
+    outside = log_ratio != clipped
+    maps = {"clip_frac_low": outside & (adv < 0), "clip_frac_high": outside & (adv > 0),
+            "clip_frac_dual": jnp.zeros_like(mask)}
+    return loss, {**maps, "ratio": jnp.exp(log_ratio)}
+
+
+def _dppo(valid: Array, ratio: Array, adv: Array, dropped_low: Array, dropped_high: Array):
+    """The DPPO loss -A rho on the tokens inside the trust region, 0 (no gradient) outside it."""
+    maps = {"clip_frac_low": dropped_low, "clip_frac_high": dropped_high, "clip_frac_dual": jnp.zeros_like(valid)}
+    return jnp.where(valid, -adv * ratio, 0.0), {**maps, "ratio": ratio}
+
+
+def dppo_tv_loss(
+    cfg: LossConfig, *, logp: Array, old_logp: Array, adv: Array, mask: Array, key: Array
+) -> tuple[Array, Metrics]:
+    """DPPO, binary-TV trust region (Qi et al. 2026, arXiv:2602.04879; prime-rl ``default_loss_fn``): a
+    token leaves the loss when its probability moved too far in the direction its advantage pushes,
+
+        l_{i,t} = -A rho M,   M = [p - p_old <= eps_high] if A > 0,   [p - p_old >= -eps_low] if A < 0
+
+    with p = exp(logp), p_old = exp(old_logp) (probabilities, not ratios: a rare token may move further)."""
+    del key
+    ratio = jnp.exp(jnp.clip(logp - old_logp, -cfg.log_ratio_clamp, cfg.log_ratio_clamp))
+    diff = jnp.exp(logp) - jnp.exp(old_logp)
+    too_high, too_low = (adv > 0) & (diff > cfg.eps_high), (adv < 0) & (diff < -cfg.eps_low)
+    return _dppo(~(too_high | too_low), ratio, adv, too_low, too_high)
+
+
+def dppo_kl_loss(
+    cfg: LossConfig, *, logp: Array, old_logp: Array, adv: Array, mask: Array, key: Array
+) -> tuple[Array, Metrics]:
+    """DPPO, binary-KL trust region (Qi et al. 2026; verl ``compute_policy_loss_dppo_kl``): as dppo_tv with
+    the KL between the Bernoulli distributions (p_old, 1 - p_old) and (p, 1 - p),
+
+        D = p_old log(p_old / p) + (1 - p_old) log((1 - p_old) / (1 - p))
+        M = [D <= eps_high or p <= p_old] if A > 0,   [D <= eps_low or p >= p_old] if A < 0
+    """
+    del key
+    ratio = jnp.exp(jnp.clip(logp - old_logp, -cfg.log_ratio_clamp, cfg.log_ratio_clamp))
+    p, p_old = jnp.exp(logp), jnp.exp(old_logp)
+    # log(1 - p) as log1p(-p), with p kept below 1 so a token of probability 1 gives a finite (large) D
+    one_minus = jnp.log1p(-jnp.minimum(p_old, 1 - 1e-7)) - jnp.log1p(-jnp.minimum(p, 1 - 1e-7))
+    binary_kl = p_old * (old_logp - logp) + (1.0 - p_old) * one_minus
+    too_high = (adv > 0) & (binary_kl > cfg.eps_high) & (p > p_old)
+    too_low = (adv < 0) & (binary_kl > cfg.eps_low) & (p < p_old)
+    return _dppo(~(too_high | too_low), ratio, adv, too_low, too_high)
 
 
 POLICY_LOSSES: dict[str, PolicyLoss] = {
@@ -227,7 +330,69 @@ POLICY_LOSSES: dict[str, PolicyLoss] = {
     "gspo_token": gspo_token_loss,
     "clip_cov": clip_cov_loss,
     "kl_cov": kl_cov_loss,
+    "cispo": cispo_loss,
+    "sapo": sapo_loss,
+    "gmpo": gmpo_loss,
+    "dppo_tv": dppo_tv_loss,
+    "dppo_kl": dppo_kl_loss,
 }
+
+
+# ------------------------------------------------------------------------------- sampler-trainer corrections
+
+
+def rollout_correction(
+    cfg: LossConfig, *, logp: Array, old_logp: Array, sampler_logp: Array, adv: Array, mask: Array
+) -> tuple[Array, dict[str, Array]]:
+    """The per-token weight [N, T] (no gradient) that the policy loss is multiplied by, and its maps.
+
+    rho_s = pi_old / pi_sampler per token, pi_old the trainer's logprobs before the update (the rollout's
+    importance weight for the gap between the sampler and the trainer). The token IS weight, once:
+
+        tis_cap C           w = min(rho_s, C)                        (TRL token_truncate; verl rollout_is token)
+        icepop (lo, hi)     w = rho_s [lo <= rho_s <= hi]            masked IS (IcePop, Ling team 2025: M(k) = k
+                                                                     inside the band, 0 outside; TRL token_mask)
+        both                w = min(rho_s, C) [lo <= rho_s <= hi]
+
+    then the sequence masks multiply in:
+
+        seq_mask (lo, hi)   w *= [lo <= exp(mean_t log rho_s) <= hi]  per row (verl rollout_rs geometric)
+        opsm_delta d        w *= not (A < 0 and mean_t(log pi_sampler - sg log pi_theta) > d)   per row
+                            (DeepSeek-V3.2 eq. 9; TRL ``get_off_policy_mask``)
+
+    Masked tokens keep their place in the loss denominator, as TRL multiplies the per-token loss (verl's
+    rejection sampling removes them from the mask instead). With sampler_logp == old_logp every weight is
+    1 and the loss is the uncorrected one; opsm_delta still acts on the policy's drift during the update,
+    as TRL's does without vLLM. GMPO's loss is one value per row, copied to its tokens: a weighted row
+    then counts with the arithmetic mean of its tokens' weights (verl's geo_mean takes their geometric mean).
+    """
+    sg = jax.lax.stop_gradient
+    log_rho = jnp.clip(old_logp - sampler_logp, -cfg.log_ratio_clamp, cfg.log_ratio_clamp)
+    rho = jnp.exp(log_rho)
+    n = jnp.maximum(jnp.sum(mask, -1, keepdims=True), 1)
+    weight, maps = jnp.ones_like(logp), {}
+    if cfg.tis_cap is not None or cfg.icepop is not None:
+        weight = rho
+    if cfg.tis_cap is not None:
+        weight = jnp.minimum(weight, cfg.tis_cap)
+        maps["tis_capped"] = rho > cfg.tis_cap
+    if cfg.icepop is not None:
+        keep = (rho >= cfg.icepop[0]) & (rho <= cfg.icepop[1])
+        weight = jnp.where(keep, weight, 0.0)
+        maps["icepop_masked"] = ~keep
+    if cfg.seq_mask is not None:
+        geo = jnp.exp(jnp.sum(jnp.where(mask, log_rho, 0.0), -1, keepdims=True) / n)
+        keep = (geo >= cfg.seq_mask[0]) & (geo <= cfg.seq_mask[1])
+        weight = jnp.where(keep, weight, 0.0)
+        maps["seq_masked"] = jnp.broadcast_to(~keep, logp.shape)
+    if cfg.opsm_delta is not None:
+        seq_kl = jnp.sum(jnp.where(mask, sampler_logp - sg(logp), 0.0), -1, keepdims=True) / n
+        drop = (adv < 0) & (seq_kl > cfg.opsm_delta)
+        weight = jnp.where(drop, 0.0, weight)
+        maps["opsm_masked"] = drop
+    if maps:
+        maps["is_weight"] = weight
+    return sg(weight), maps
 
 
 # ------------------------------------------------------------------------------------------- entry point
@@ -244,21 +409,27 @@ def loss_terms(
     entropies: Array | None = None,
     entropy_coef: float | Array = 0.0,
     key: Array,
+    sampler_logp: Array | None = None,
 ) -> tuple[Array, Array, Metrics]:
     """(numerator, denominator, metrics) of the GRPO loss; loss = numerator / denominator.
 
-        l_{i,t} = m^H_{i,t} policy_loss_{i,t} + beta KL_{i,t} - entropy_coef H_{i,t}
+        l_{i,t} = w_{i,t} m^H_{i,t} policy_loss_{i,t} + beta KL_{i,t} - entropy_coef H_{i,t}
 
-    policy_loss from ``POLICY_LOSSES[cfg.policy_loss]``; m^H the top-entropy mask when
-    cfg.top_entropy_quantile < 1 (masked tokens still count in the denominator, as in the paper);
-    KL_{i,t} = ``kl_estimate`` (needs ref_logp when beta > 0); the entropy term needs entropies and is
-    skipped without them. ``entropy_coef`` may be a traced scalar (schedules). ``key`` drives Clip-Cov's
-    random choice and is unused otherwise. old_logp, advantages and ref_logp carry no gradient.
+    w the sampler-trainer correction (``rollout_correction``; 1 when none is configured), computed from
+    sampler_logp, the rollout's own logprobs (None: the same as old_logp, i.e. no gap); with cfg.kl_is the
+    KL term is multiplied by pi_theta / pi_sampler. policy_loss from ``POLICY_LOSSES[cfg.policy_loss]``;
+    m^H the top-entropy mask when cfg.top_entropy_quantile < 1 (masked tokens still count in the
+    denominator, as in the paper); KL_{i,t} = ``kl_estimate`` (needs ref_logp when beta > 0); the entropy
+    term needs entropies and is skipped without them. ``entropy_coef`` may be a traced scalar
+    (schedules). ``key`` drives Clip-Cov's random choice and is unused otherwise. old_logp, sampler_logp,
+    advantages and ref_logp carry no gradient.
 
     Metrics (merge rules in the module doc): num_tokens, num_seqs, pg_loss_sum, ratio_sum / _min / _max,
     clip_frac_low_sum, clip_frac_high_sum, clip_frac_dual_sum, ppo_kl_sum (sum of -log rho, the
     approximate KL(pi_old || pi_theta)); kl_sum when ref_logp is given; entropy_sum when entropies are
-    given; cov_selected_sum for clip_cov / kl_cov; entropy_mask_kept_sum with the top-entropy mask.
+    given; cov_selected_sum for clip_cov / kl_cov; entropy_mask_kept_sum with the top-entropy mask; with a
+    correction, is_weight_sum and the fraction it acted on: tis_capped_sum, icepop_masked_sum,
+    seq_masked_sum, opsm_masked_sum.
     """
     sg = jax.lax.stop_gradient
     mask = jnp.asarray(mask, bool)
@@ -268,7 +439,13 @@ def loss_terms(
     adv = sg(jnp.asarray(advantages, jnp.float32))
     adv = jnp.where(mask, adv[:, None] if adv.ndim == 1 else adv, 0.0)  # [N, T]
 
+    sampler = old_logp if sampler_logp is None else sg(jnp.where(mask, jnp.asarray(sampler_logp, jnp.float32), 0))
     pg, maps = POLICY_LOSSES[cfg.policy_loss](cfg, logp=logp, old_logp=old_logp, adv=adv, mask=mask, key=key)
+    weight, corr_maps = rollout_correction(cfg, logp=logp, old_logp=old_logp, sampler_logp=sampler, adv=adv,
+                                           mask=mask)
+    if corr_maps:
+        pg = pg * weight
+        maps.update(corr_maps)
     if cfg.top_entropy_quantile < 1.0:
         if entropies is None:
             raise ValueError("LossConfig.top_entropy_quantile < 1 needs entropies")
@@ -277,7 +454,8 @@ def loss_terms(
         pg = jnp.where(keep, pg, 0.0)
         maps["entropy_mask_kept"] = keep
     regularizer, reg_maps = _regularizers(
-        cfg, logp=logp, mask=mask, ref_logp=ref_logp, entropies=entropies, entropy_coef=entropy_coef
+        cfg, logp=logp, mask=mask, ref_logp=ref_logp, entropies=entropies, entropy_coef=entropy_coef,
+        sampler_logp=sampler,
     )
     per_token = pg + regularizer
     numerator, denominator = aggregate(per_token, mask, mode=cfg.agg_mode, max_len_norm=cfg.max_len_norm)
@@ -293,8 +471,13 @@ def _regularizers(
     ref_logp: Array | None,
     entropies: Array | None,
     entropy_coef: float | Array,
+    sampler_logp: Array,
 ) -> tuple[Array, dict[str, Array]]:
-    """beta KL_{i,t} - entropy_coef H_{i,t} per token [N, T] (each term only when its input is given)."""
+    """beta KL_{i,t} - entropy_coef H_{i,t} per token [N, T] (each term only when its input is given).
+
+    cfg.kl_is: KL_{i,t} x pi_theta / pi_sampler, with gradient through the ratio: the samples come from
+    the sampler, so this weighs the estimate to the current policy, whose KL the term means (DeepSeek-V3.2
+    §3.1; TRL ``use_bias_correction_kl`` weighs by pi_theta / pi_old, the same when the sampler is pi_old)."""
     per_token = jnp.zeros_like(logp)
     maps = {}
     if ref_logp is not None:
@@ -302,6 +485,8 @@ def _regularizers(
         kl = kl_estimate(
             logp, ref, estimator=cfg.kl_estimator, log_ratio_clamp=cfg.log_ratio_clamp, kl_clamp=cfg.kl_clamp
         )
+        if cfg.kl_is:
+            kl = kl * jnp.exp(jnp.clip(logp - sampler_logp, -cfg.log_ratio_clamp, cfg.log_ratio_clamp))
         per_token = per_token + cfg.beta * kl
         maps["kl"] = kl
     elif cfg.beta > 0.0:

@@ -477,6 +477,8 @@ _PLOTS: tuple[tuple[str, Callable[[Any, list[Row]], bool]], ...] = (
     ("eval_accuracy", functools.partial(_plot_lines, keys=("eval/accuracy",), title="held-out accuracy")),
     ("optim", functools.partial(_plot_lines, title="optimisation",
                                 keys=("kl", "clip_frac_low", "clip_frac_high", "grad_norm", "lr"))),
+    ("gap", functools.partial(_plot_lines, title="sampler-trainer gap",
+                              keys=("gap/abs_logp", "gap/kl", "gap/ratio_max", "gap/token_out_frac", "is_weight"))),
 )
 
 

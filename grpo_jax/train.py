@@ -26,7 +26,7 @@ import optax
 
 import models
 from grpo_jax import checkpoint as ckpt_lib
-from grpo_jax import control, experience, losses, monitor, runlog, sharding
+from grpo_jax import control, diagnostics, experience, losses, monitor, runlog, sharding
 from grpo_jax import data as data_lib
 from grpo_jax import rewards as rewards_lib
 from grpo_jax import tasks as tasks_lib
@@ -111,16 +111,19 @@ def _tree_where(pred, a, b):
 
 
 def make_micro_loss(model_cfg: ModelConfig, cfg: TrainConfig):
-    """`micro_loss(params, batch, ref_logp, key, entropy_coef) -> (loss numerator, (denominator, metric
-    sums))` for one microbatch: the policy forward and the configured loss (what the step differentiates)."""
+    """`micro_loss(params, batch, ref_logp, sampler_logp, key, entropy_coef) -> (loss numerator,
+    (denominator, metric sums))` for one microbatch: the policy forward and the configured loss (what the
+    step differentiates). sampler_logp: the rollout's logprobs when they differ from batch.old_logp (the
+    recomputed pi_old), else None."""
     loss_cfg, t_len = cfg.loss, cfg.sampling.max_new_tokens
     use_entropy = cfg.entropy.mode != "constant" or cfg.entropy.coef > 0 or loss_cfg.top_entropy_quantile < 1
 
-    def micro_loss(params, mb: Batch, ref_logp, key, entropy_coef):
+    def micro_loss(params, mb: Batch, ref_logp, sampler_logp, key, entropy_coef):
         logp, ent = completion_logprobs(model_cfg, params, mb.tokens, mb.attn_mask, t_len, mb.temperatures)
         num, den, metrics = losses.loss_terms(
             loss_cfg, logp=logp, old_logp=mb.old_logp, advantages=mb.advantages, mask=mb.loss_mask,
-            ref_logp=ref_logp, entropies=ent if use_entropy else None, entropy_coef=entropy_coef, key=key)
+            ref_logp=ref_logp, entropies=ent if use_entropy else None, entropy_coef=entropy_coef, key=key,
+            sampler_logp=sampler_logp)
         m = mb.loss_mask
         metrics["logp_gap_sum"] = jnp.sum(jnp.where(m, jnp.abs(jax.lax.stop_gradient(logp) - mb.old_logp), 0.0))
         metrics["token_entropy_sum"] = jnp.sum(jnp.where(m, jax.lax.stop_gradient(ent), 0.0))
@@ -130,20 +133,21 @@ def make_micro_loss(model_cfg: ModelConfig, cfg: TrainConfig):
 
 
 def make_minibatch_update(model_cfg: ModelConfig, cfg: TrainConfig, optimizer: optax.GradientTransformation):
-    """`update((params, opt_state), (minibatch, ref_logp, key), entropy_coef)`: gradients accumulated over
+    """`update((params, opt_state), (minibatch, ref_logp, sampler_logp, key), entropy_coef)`: gradients
+    accumulated over
     the microbatches, normalised by the summed loss denominator, one optax update; a non-finite loss or
     gradient norm leaves params and optimizer state unchanged (and counts as skipped)."""
     grad_fn = jax.value_and_grad(make_micro_loss(model_cfg, cfg), has_aux=True)
 
     def update(carry, xs, entropy_coef):
         params, opt_state = carry
-        mb, ref_logp, key = xs
-        micro = _split_rows((mb, ref_logp), cfg.microbatches)
+        mb, ref_logp, sampler_logp, key = xs
+        micro = _split_rows((mb, ref_logp, sampler_logp), cfg.microbatches)
         keys = jax.random.split(key, cfg.microbatches)
 
         def accumulate(acc, x):
-            (m_b, m_ref), k = x
-            (num, (den, metrics)), grads = grad_fn(params, m_b, m_ref, k, entropy_coef)
+            (m_b, m_ref, m_sampler), k = x
+            (num, (den, metrics)), grads = grad_fn(params, m_b, m_ref, m_sampler, k, entropy_coef)
             if acc is None:
                 return num, den, metrics, grads
             return (acc[0] + num, acc[1] + den, losses.merge_metrics(acc[2], metrics),
@@ -173,6 +177,9 @@ def make_train_step(model_cfg: ModelConfig, cfg: TrainConfig, optimizer: optax.G
     t_len, chunks = cfg.sampling.max_new_tokens, cfg.minibatches * cfg.microbatches
     minibatch_update = make_minibatch_update(model_cfg, cfg, optimizer)
     schedule = lr_schedule(cfg)
+    recompute, gap_bound = cfg.sampling.old_logp_source == "recompute", cfg.logging.gap_bound
+    # the loss needs the rollout's logprobs beside pi_old only when they differ (recompute) and it uses them
+    pass_sampler = recompute and (cfg.loss.corrects_gap or cfg.loss.opsm_delta is not None or cfg.loss.kl_is)
 
     def train_step(state: TrainState, batch: Batch, key: jax.Array, entropy_coef: jax.Array):
         key = models.as_typed_key(key)
@@ -180,21 +187,36 @@ def make_train_step(model_cfg: ModelConfig, cfg: TrainConfig, optimizer: optax.G
         ref_logp = None
         if cfg.loss.beta > 0:
             ref_logp = jax.lax.stop_gradient(chunked_logprobs(model_cfg, state.ref_params, batch, t_len, chunks))
-        if cfg.sampling.old_logp_source == "recompute":
+        sampler_logp = batch.old_logp  # the rollout's own logprobs
+        if recompute:
             batch = batch.replace(old_logp=jax.lax.stop_gradient(
                 chunked_logprobs(model_cfg, state.params, batch, t_len, chunks)))
+            gap = diagnostics.sampler_trainer_gap(batch.old_logp, sampler_logp, batch.loss_mask, bound=gap_bound)
+        elif cfg.logging.gap_every:  # one extra teacher-forced pass on measured steps only
+            measured = state.step % cfg.logging.gap_every == 0
+            trainer_logp = jax.lax.cond(
+                measured, lambda: jax.lax.stop_gradient(chunked_logprobs(model_cfg, state.params, batch, t_len,
+                                                                         chunks)),
+                lambda: sampler_logp)
+            gap = diagnostics.sampler_trainer_gap(trainer_logp, sampler_logp, batch.loss_mask, bound=gap_bound)
+            gap["gap/measured"] = measured.astype(jnp.float32)
+        else:
+            gap = {}
         ref_rows = ref_logp if ref_logp is not None else jnp.zeros((n, 0), jnp.float32)
+        sampler_rows = sampler_logp if pass_sampler else jnp.zeros((n, 0), jnp.float32)
 
         def epoch(carry, k):
             k_perm, k_loss = jax.random.split(k)
             perm = jax.random.permutation(k_perm, n) if cfg.minibatches > 1 else jnp.arange(n)
-            mbs = _split_rows(jax.tree.map(lambda x: x[perm], (batch, ref_rows)), cfg.minibatches)
-            xs = (mbs[0], None if ref_logp is None else mbs[1], jax.random.split(k_loss, cfg.minibatches))
+            mbs = _split_rows(jax.tree.map(lambda x: x[perm], (batch, ref_rows, sampler_rows)), cfg.minibatches)
+            xs = (mbs[0], None if ref_logp is None else mbs[1], mbs[2] if pass_sampler else None,
+                  jax.random.split(k_loss, cfg.minibatches))
             return jax.lax.scan(lambda c, x: minibatch_update(c, x, entropy_coef), carry, xs)
 
         carry = (state.params, state.opt_state)
         (params, opt_state), (outs, metrics) = jax.lax.scan(epoch, carry, jax.random.split(key, cfg.mu))
         out = _merge_update_metrics(outs, metrics, cfg.mu * cfg.minibatches)
+        out.update(gap)
         out["lr"] = schedule(state.step * cfg.mu * cfg.minibatches)
         return state.replace(step=state.step + 1, params=params, opt_state=opt_state), out
 
@@ -424,6 +446,8 @@ class Trainer:
         batch = experience.make_batch(exp, adv, self.mesh, mask_truncated=cfg.loss.mask_truncated)
         self.state, upd = self.train_step(self.state, batch, k_update, jnp.float32(coef))
         metrics, histograms = experience.flatten_metrics({**diag, **upd}, dims)
+        if not metrics.pop("gap/measured", 1.0):  # the sampler-trainer gap is measured every gap_every steps
+            metrics = {k: v for k, v in metrics.items() if not k.startswith("gap/")}
         t2 = time.perf_counter()
         metrics.update(experience.host_metrics(exp, dims), **dyn_metrics)
         metrics.update({"control/entropy_coef": coef, "control/temperature": temperature})

@@ -125,8 +125,10 @@ def test_reward_collapse_smoke(tmp_path):
     dims = ("math", "format")
     study = _study_smoke("reward_collapse.py", tmp_path, ["accuracy_start", "accuracy_final", "accuracy_best",
                                                           "format_rate_final", "collapse_ratio", "distinct_adv_per_group"]
-                         + [f"adv_corr_{d}" for d in dims], arms="grpo,gdpo,hot_reload")
-    assert set(study["results"]) == {"grpo", "gdpo", "hot_reload"}
+                         + [f"adv_corr_{d}" for d in dims], arms="grpo,gdpo,hot_reload,cispo")
+    assert set(study["results"]) == {"grpo", "gdpo", "hot_reload", "cispo"}  # cispo: an objective arm
+    config = json.loads((tmp_path / "cispo" / "seed0" / "config.json").read_text())
+    assert config["loss"]["policy_loss"] == "cispo" and config["advantage"]["estimator"] == "grpo"
     # the hot reload rewrote the weights file mid-run and the trainer picked it up at the next step
     events = [json.loads(line) for line in open(tmp_path / "hot_reload" / "seed0" / "events.jsonl")]
     (change,) = [e for e in events if e["kind"] == "reward_weights"]
@@ -137,8 +139,24 @@ def test_entropy_collapse_smoke(tmp_path):
     study = _study_smoke("entropy_collapse.py", tmp_path, ["accuracy_start", "accuracy_final", "entropy_first",
                                                            "entropy_final", "entropy_p50_first", "entropy_p50_final",
                                                            "fit_a", "fit_b", "fit_r2", "paused_at", "rolled_back_to"],
-                         arms="none,per_token_temperature,pause_rollback")
-    assert set(study["results"]) == {"none", "per_token_temperature", "pause_rollback"}
+                         arms="none,per_token_temperature,pause_rollback,tis")
+    assert set(study["results"]) == {"none", "per_token_temperature", "pause_rollback", "tis"}
+    rows = [json.loads(line) for line in open(tmp_path / "tis" / "seed0" / "metrics.jsonl")]
+    assert all("gap/kl" in r and "is_weight" in r for r in rows if "loss" in r)  # recompute: measured every step
+
+
+def test_bf16_gap_smoke(tmp_path):
+    study = _study_smoke("bf16_gap.py", tmp_path, ["accuracy_start", "accuracy_final", "gap_abs_logp", "gap_kl",
+                                                   "gap_ratio_max", "gap_token_out_frac", "is_weight"],
+                         arms="plain,tis")
+    for arm in ("plain", "tis"):
+        (run,) = study["results"][arm]
+        assert 0 <= run["gap_abs_logp"] < 1e-2 and run["gap_ratio_max"] >= 1.0, run
+    config = json.loads((tmp_path / "tis" / "seed0" / "config.json").read_text())
+    assert config["model"]["param_dtype"] == "bfloat16" and config["loss"]["tis_cap"] == 2.0
+    bad = subprocess.run([sys.executable, "experiments/bf16_gap.py", "--smoke", "--out", str(tmp_path / "x"),
+                          "--arms", "plain,nope"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert bad.returncode != 0 and "unknown arm(s) nope" in bad.stderr
 
 
 def test_entropy_law_fit_recovers_known_coefficients():

@@ -196,6 +196,8 @@ def _synthetic_rows(steps: int = 12) -> list[dict]:
         row |= {f"entropy/p{q}": q / 50 for q in (5, 25, 75, 95)} | {"entropy/mean": 1.0}
         if s % 4 == 0:
             row["eval/accuracy"] = s / steps
+        if s % 2 == 0:  # measured every gap_every = 2 steps
+            row |= {"gap/abs_logp": 1e-3, "gap/kl": 1e-6 * s, "gap/ratio_max": 1.01, "gap/token_out_frac": 0.0}
         rows.append(row)
     return rows
 
@@ -204,7 +206,7 @@ def test_plot_run_writes_the_expected_pngs(tmp_path):
     paths = plot_run(_synthetic_rows(), str(tmp_path))
     names = {os.path.basename(p) for p in paths}
     assert names == {f"{n}.png" for n in ("rewards", "entropy", "groups", "lengths", "format",
-                                            "eval_accuracy", "optim")}
+                                            "eval_accuracy", "optim", "gap")}
     for p in paths:
         assert os.path.dirname(p) == str(tmp_path / "plots")
         assert _read_bytes(p)[:8] == b"\x89PNG\r\n\x1a\n"

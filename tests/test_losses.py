@@ -304,6 +304,11 @@ def test_kl_cov_penalises_top_covariance_tokens():
     # (selected, A = -3): 3 e^0.1 + 1; at token 1 (not selected): -e^0.1. Token-mean over 6.
     e = np.exp(0.1)
     np.testing.assert_allclose(grad[0, [0, 5, 1]], np.array([-3 * e + 1, 3 * e + 1, -e]) / 6, rtol=1e-5)
+    # On-policy (log rho = 0 exactly) |log rho| has no derivative; it is taken as 0, as torch.abs in verl, so
+    # the selected tokens get the plain -A (jnp.abs would add +1 and push their logp down).
+    _, _, _, grad = run(LossConfig(policy_loss="kl_cov", kl_cov_ratio=0.34, agg_mode="token-mean"),
+                        b | {"old_logp": logp})
+    np.testing.assert_allclose(grad[0], -b["advantages"][0] / 6, rtol=1e-6)
 
 
 # ------------------------------------------------------------------------------- entropy mask and bonus
