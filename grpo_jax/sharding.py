@@ -37,6 +37,8 @@ PARAM_AXES: dict[str, tuple[str, ...]] = {
     "final_norm": ("norm",),
     "attn_norm": ("norm",),
     "mlp_norm": ("norm",),
+    "q_norm": ("norm",),  # [H], shared by the heads (Qwen3)
+    "k_norm": ("norm",),
     "qkv": ("embed", "heads"),
     "qkv_bias": ("heads",),
     "o": ("heads", "embed"),

@@ -7,14 +7,15 @@ import dataclasses
 import jax.numpy as jnp
 
 ROPE_KINDS = ("rope", "rope2d", "mrope")
-ARCHS = ("llama", "qwen2", "qwen2_vl")
+ARCHS = ("llama", "qwen2", "qwen2_vl", "qwen3")
+LLAMA3_ROPE_KEYS = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
 DTYPES = ("float32", "bfloat16", "float16")
 REMAT_MODES = ("none", "full", "dots")  # per-layer gradient checkpointing, see models.transformer.remat_policy
 
 
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
-    """Shapes and options of a decoder-only LM (Llama / Qwen2 / Qwen2-VL text decoder family)."""
+    """Shapes and options of a decoder-only LM (Llama / Qwen2 / Qwen2-VL text decoder / Qwen3 family)."""
 
     vocab_size: int  # V: rows of the embedding table
     d_model: int  # D: residual stream width
@@ -29,6 +30,9 @@ class ModelConfig:
     mrope_sections: tuple[int, ...] = ()  # M-RoPE frequencies per (t, h, w); sums to head_dim // 2
     mrope_interleaved: bool = False  # Qwen3-VL layout (t,h,w,t,h,w,...) instead of Qwen2-VL chunks
     qkv_bias: bool = False  # bias on q/k/v projections (Qwen2 has it, Llama not)
+    qk_norm: bool = False  # RMSNorm over each head's q and k (weights [H] shared by the heads) before RoPE: Qwen3
+    # Llama-3 RoPE scaling, ((key, value), ...) over LLAMA3_ROPE_KEYS; () = none (models.rope.llama3_inv_freq)
+    rope_scaling: tuple = ()
     tie_embeddings: bool = False  # lm_head = embed^T
     attn_output_gate: bool = False  # gated attention: SDPA(Q,K,V) * sigmoid(X W_g) before o_proj
     param_dtype: str = "float32"  # storage dtype of the weights
@@ -68,6 +72,16 @@ class ModelConfig:
                 raise ValueError(f"ModelConfig.{name} must be one of {DTYPES}, got {getattr(self, name)!r}")
         if self.arch not in ARCHS:
             raise ValueError(f"ModelConfig.arch must be one of {ARCHS}, got {self.arch!r}")
+        if self.rope_scaling:
+            keys = tuple(sorted(k for k, _ in self.rope_scaling))
+            if keys != tuple(sorted(LLAMA3_ROPE_KEYS)) or self.rope_kind != "rope":
+                raise ValueError(f"ModelConfig.rope_scaling must give exactly {LLAMA3_ROPE_KEYS} (Llama-3 scaling, "
+                                 f"rope_kind='rope'), got {self.rope_scaling!r} with rope_kind={self.rope_kind!r}")
+            scaling = dict(self.rope_scaling)
+            if not (scaling["factor"] > 0 and scaling["original_max_position_embeddings"] > 0
+                    and scaling["high_freq_factor"] > scaling["low_freq_factor"] > 0):
+                raise ValueError("ModelConfig.rope_scaling needs factor > 0, original_max_position_embeddings > 0 "
+                                 f"and high_freq_factor > low_freq_factor > 0, got {scaling}")
         if self.remat not in REMAT_MODES:
             raise ValueError(f"ModelConfig.remat must be one of {REMAT_MODES}, got {self.remat!r}")
 
@@ -95,7 +109,7 @@ class ModelConfig:
         d, f = self.d_model, self.mlp_dim
         qkv = d * (self.q_dim + 2 * self.kv_dim) + (self.q_dim + 2 * self.kv_dim) * self.qkv_bias
         gate = d * self.q_dim if self.attn_output_gate else 0
-        layer = qkv + gate + self.q_dim * d + 3 * d * f + 2 * d
+        layer = qkv + gate + self.q_dim * d + 3 * d * f + 2 * d + 2 * self.head_dim * self.qk_norm
         head = 0 if self.tie_embeddings else d * self.vocab_size
         return self.vocab_size * d + self.n_layers * layer + d + head
 
@@ -133,7 +147,17 @@ def llama_1b(**overrides) -> ModelConfig:
     return ModelConfig(**{**base, **overrides})
 
 
-PRESETS = {"tiny": tiny, "bench_qwen2_tiny": bench_qwen2_tiny, "qwen2.5-0.5b": qwen2_5_0_5b, "llama-1b": llama_1b}
+def qwen3_0_6b(**overrides) -> ModelConfig:
+    """Shapes of Qwen3-0.6B (596M parameters; head_dim 128 > d_model / n_heads, q/k norms)."""
+    base = dict(
+        vocab_size=151_936, d_model=1024, n_layers=28, n_heads=16, n_kv_heads=8, head_dim=128, mlp_dim=3072,
+        qk_norm=True, tie_embeddings=True, rope_theta=1_000_000.0, arch="qwen3",
+    )
+    return ModelConfig(**{**base, **overrides})
+
+
+PRESETS = {"tiny": tiny, "bench_qwen2_tiny": bench_qwen2_tiny, "qwen2.5-0.5b": qwen2_5_0_5b, "llama-1b": llama_1b,
+           "qwen3-0.6b": qwen3_0_6b}
 
 
 def preset(name: str, **overrides) -> ModelConfig:

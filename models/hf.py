@@ -1,7 +1,8 @@
 """Hugging Face interop: read a local checkpoint folder into (ModelConfig, params) and write one back.
 
-Supported: LlamaForCausalLM, Qwen2ForCausalLM, and the text decoder of Qwen2VLForConditionalGeneration
-(M-RoPE; the vision tower's tensors are ignored on load and not written on save). Weights come from
+Supported: LlamaForCausalLM (Llama-3 RoPE scaling included), Qwen2ForCausalLM, Qwen3ForCausalLM (dense; q/k
+RMSNorm per head), and the text decoder of Qwen2VLForConditionalGeneration (M-RoPE; the vision tower's
+tensors are ignored on load and not written on save). Weights come from
 `model.safetensors` or a sharded `model.safetensors.index.json`. HF keeps q/k/v and gate/up as separate
 [out, in] matrices; we fuse them into [in, q+k+v] and [in, 2F] once here, at load time.
 Nothing is fetched from a hub: `path` must be a local folder.
@@ -19,12 +20,13 @@ import numpy as np
 from safetensors import safe_open
 from safetensors.flax import save_file
 
-from models.config import ModelConfig
+from models.config import LLAMA3_ROPE_KEYS, ModelConfig
 
 ARCHITECTURES = {
     "LlamaForCausalLM": "llama",
     "Qwen2ForCausalLM": "qwen2",
     "Qwen2VLForConditionalGeneration": "qwen2_vl",
+    "Qwen3ForCausalLM": "qwen3",
 }
 _HF_NAME = {v: k for k, v in ARCHITECTURES.items()}
 
@@ -54,7 +56,7 @@ def config_from_hf(hf: dict[str, Any], *, where: str = "config.json") -> ModelCo
     archs = hf.get("architectures") or []
     arch = next((ARCHITECTURES[a] for a in archs if a in ARCHITECTURES), None)
     if arch is None:
-        arch = {"llama": "llama", "qwen2": "qwen2", "qwen2_vl": "qwen2_vl"}.get(hf.get("model_type", ""))
+        arch = hf.get("model_type") if hf.get("model_type") in _HF_NAME else None
     if arch is None:
         raise CheckpointError(
             f"{where}: unsupported architecture {archs or hf.get('model_type')!r}; supported: {sorted(ARCHITECTURES)}"
@@ -67,12 +69,24 @@ def config_from_hf(hf: dict[str, Any], *, where: str = "config.json") -> ModelCo
         if rope_type not in ("default", "mrope"):
             raise CheckpointError(f"{where}: rope type {rope_type!r} is not supported for Qwen2-VL")
         rope_kw = dict(rope_kind="mrope", mrope_sections=tuple(rope.get("mrope_section", (16, 24, 24))))
+    elif rope_type == "llama3":
+        missing = [k for k in LLAMA3_ROPE_KEYS if k not in rope]
+        if missing:
+            raise CheckpointError(f"{where}: rope type 'llama3' without {missing}")
+        scaling = tuple((k, int(rope[k]) if k == "original_max_position_embeddings" else float(rope[k]))
+                        for k in LLAMA3_ROPE_KEYS)
+        rope_kw = dict(rope_kind="rope", rope_scaling=scaling)
     else:
         if rope_type != "default":
-            raise CheckpointError(f"{where}: rope_parameters.rope_type={rope_type!r} is not supported (only default)")
+            raise CheckpointError(f"{where}: rope_parameters.rope_type={rope_type!r} is not supported (default and "
+                                  "llama3 are); the model would compute other positions than it was trained with")
         rope_kw = dict(rope_kind="rope")
-    if arch == "llama" and (text.get("attention_bias") or text.get("mlp_bias")):
-        raise CheckpointError(f"{where}: Llama with attention_bias/mlp_bias is not supported (o_proj/MLP biases)")
+    if arch in ("llama", "qwen3") and (text.get("attention_bias") or text.get("mlp_bias")):
+        raise CheckpointError(f"{where}: {arch} with attention_bias/mlp_bias is not supported (o_proj/MLP biases)")
+    if arch == "qwen3" and text.get("use_sliding_window"):
+        raise CheckpointError(f"{where}: Qwen3 with use_sliding_window=true is not supported (full attention only)")
+    if float(text.get("partial_rotary_factor", 1.0)) != 1.0:
+        raise CheckpointError(f"{where}: partial_rotary_factor={text['partial_rotary_factor']} is not supported")
     try:
         heads = int(text["num_attention_heads"])
         d_model = int(text["hidden_size"])
@@ -87,6 +101,7 @@ def config_from_hf(hf: dict[str, Any], *, where: str = "config.json") -> ModelCo
             norm_eps=float(text.get("rms_norm_eps", 1e-6)),
             rope_theta=float(theta),
             qkv_bias=arch in ("qwen2", "qwen2_vl"),
+            qk_norm=arch == "qwen3",
             tie_embeddings=bool(hf.get("tie_word_embeddings", text.get("tie_word_embeddings", False))),
             arch=arch,
             **rope_kw,
@@ -99,8 +114,13 @@ def config_to_hf(cfg: ModelConfig, base: dict[str, Any] | None = None) -> dict[s
     """A transformers config dict for cfg; `base` (e.g. the original config.json) supplies other fields."""
     if cfg.attn_output_gate:
         raise CheckpointError("attention output gates have no Llama/Qwen2/Qwen2-VL checkpoint format")
-    if cfg.arch == "llama" and cfg.qkv_bias:
-        raise CheckpointError("a Llama checkpoint cannot carry q/k/v biases without an o_proj bias")
+    if cfg.arch in ("llama", "qwen3") and cfg.qkv_bias:
+        raise CheckpointError(f"a {cfg.arch} checkpoint cannot carry q/k/v biases without an o_proj bias")
+    if cfg.qk_norm != (cfg.arch == "qwen3"):
+        raise CheckpointError(f"q/k norms (qk_norm={cfg.qk_norm}) go with arch='qwen3' only, got arch={cfg.arch!r}")
+    if cfg.rope_scaling and cfg.arch != "llama":
+        raise CheckpointError(f"Llama-3 RoPE scaling has no {cfg.arch} checkpoint format (transformers reads it "
+                              "for Llama only)")
     if cfg.arch in ("qwen2", "qwen2_vl") and not cfg.qkv_bias:
         raise CheckpointError(f"{cfg.arch} checkpoints always have q/k/v biases: set qkv_bias=True")
     if (cfg.arch == "qwen2_vl") != (cfg.rope_kind == "mrope"):
@@ -115,6 +135,8 @@ def config_to_hf(cfg: ModelConfig, base: dict[str, Any] | None = None) -> dict[s
                               f"head_dim from them), got head_dim={cfg.head_dim}, n_heads={cfg.n_heads}, "
                               f"d_model={cfg.d_model}")
     rope = {"rope_type": "default", "rope_theta": cfg.rope_theta}
+    if cfg.rope_scaling:
+        rope.update(rope_type="llama3", **dict(cfg.rope_scaling))
     if cfg.rope_kind == "mrope":
         if cfg.mrope_interleaved:
             raise CheckpointError("interleaved M-RoPE (Qwen3-VL) cannot be written as a Qwen2-VL checkpoint")
@@ -137,6 +159,8 @@ def config_to_hf(cfg: ModelConfig, base: dict[str, Any] | None = None) -> dict[s
     }
     if cfg.arch == "llama":
         text.update(attention_bias=False, mlp_bias=False)
+    if cfg.arch == "qwen3":
+        text.update(attention_bias=False, use_sliding_window=False)
     out = dict(base or {})
     out.update(architectures=[_HF_NAME[cfg.arch]], model_type=cfg.arch)
     if cfg.arch == "qwen2_vl":
@@ -214,6 +238,8 @@ def hf_tensor_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
         if cfg.qkv_bias:
             for proj, width in (("q", cfg.q_dim), ("k", cfg.kv_dim), ("v", cfg.kv_dim)):
                 shapes[lp + f"self_attn.{proj}_proj.bias"] = (width,)
+        if cfg.qk_norm:
+            shapes.update({lp + f"self_attn.{p}_norm.weight": (cfg.head_dim,) for p in "qk"})
     return shapes
 
 
@@ -263,6 +289,8 @@ def _params_from_hf(cfg: ModelConfig, t: dict, pre: str) -> dict:
         }
         if cfg.qkv_bias:
             layer["qkv_bias"] = jnp.concatenate([jnp.asarray(t[a + f"{p}_proj.bias"], dt) for p in "qkv"])
+        if cfg.qk_norm:
+            layer["q_norm"], layer["k_norm"] = (jnp.asarray(t[a + f"{p}_norm.weight"], dt) for p in "qk")
         layers.append(layer)
     params = {
         "embed": jnp.asarray(t[pre + "embed_tokens.weight"], dt),
@@ -297,6 +325,8 @@ def params_to_hf(cfg: ModelConfig, params: dict) -> dict[str, jnp.ndarray]:
         if cfg.qkv_bias:
             b = p["qkv_bias"]
             out.update({a + "q_proj.bias": b[:q], a + "k_proj.bias": b[q : q + kv], a + "v_proj.bias": b[q + kv :]})
+        if cfg.qk_norm:
+            out.update({a + "q_norm.weight": p["q_norm"], a + "k_norm.weight": p["k_norm"]})
     return {k: jnp.asarray(v) for k, v in out.items()}
 
 

@@ -6,6 +6,7 @@ G = N / K query heads per kv head, H head dim, F MLP width.
 Per-layer parameter layout (one dict per layer; projections fused so a step issues few large matmuls;
 `models.hf` converts to and from Hugging Face's separate q/k/v and gate/up tensors):
     attn_norm [D]   qkv [D, N*H + 2*K*H (+ N*H gate columns)]   qkv_bias [same]   o [N*H, D]
+    q_norm [H]      k_norm [H]                                  (qk_norm: Qwen3)
     mlp_norm [D]    gate_up [D, 2*F]                            down [F, D]
 """
 
@@ -83,6 +84,8 @@ def attention_block(cfg, p, x_BxTxD, cos, sin, mask_BxTxS, kv_cache=None, write_
     if cfg.qkv_bias:
         qkv = qkv + p["qkv_bias"].astype(dtype)
     q, k, v, gate = split_qkv(cfg, qkv)
+    if cfg.qk_norm:  # Qwen3: each head's q and k RMS-normalised over H, before the rotation
+        q, k = rms_norm(q, p["q_norm"], cfg.norm_eps), rms_norm(k, p["k_norm"], cfg.norm_eps)
     q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
     if kv_cache is None:  # teacher forcing / training: XLA's fused-friendly attention, fast backward
         y = causal_attention(q, k, v, mask_BxTxS).reshape(q.shape[0], q.shape[1], -1)

@@ -30,6 +30,25 @@ def inv_freq(dim: int, theta: float) -> jnp.ndarray:
     return 1.0 / (theta ** (jnp.arange(0, dim, 2, dtype=jnp.float32) / dim))
 
 
+def llama3_inv_freq(freqs: jnp.ndarray, scaling: dict) -> jnp.ndarray:
+    """Llama-3.1 RoPE scaling of the inverse frequencies (transformers ``_compute_llama3_parameters``):
+    with wavelength w = 2 pi / f and L = original_max_position_embeddings,
+
+        w < L / high_freq_factor             f                                  (high frequencies kept)
+        w > L / low_freq_factor              f / factor                         (low frequencies slowed)
+        otherwise                            (1 - s) f / factor + s f,   s = (L / w - low) / (high - low)
+
+    The cos/sin scale (attention_factor) is 1 for this type."""
+    factor, low, high = scaling["factor"], scaling["low_freq_factor"], scaling["high_freq_factor"]
+    old_len = scaling["original_max_position_embeddings"]
+    wavelen = 2 * np.pi / freqs
+    scaled = jnp.where(wavelen > old_len / low, freqs / factor, freqs)
+    smooth = (old_len / wavelen - low) / (high - low)
+    smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+    medium = ~(wavelen < old_len / high) & ~(wavelen > old_len / low)
+    return jnp.where(medium, smoothed, scaled)
+
+
 def mrope_axis_of_freq(sections: tuple[int, ...], interleaved: bool) -> np.ndarray:
     """[H/2] int array: which position axis (0=t, 1=h, 2=w) drives each rotary frequency.
 
@@ -52,7 +71,10 @@ def rope_angles(cfg: ModelConfig, positions: jnp.ndarray) -> jnp.ndarray:
     h = cfg.head_dim
     if cfg.rope_kind == "rope":
         _check_rank(positions, 2, "rope", "[B, T]")
-        return pos[..., None] * inv_freq(h, cfg.rope_theta)
+        freqs = inv_freq(h, cfg.rope_theta)
+        if cfg.rope_scaling:
+            freqs = llama3_inv_freq(freqs, dict(cfg.rope_scaling))
+        return pos[..., None] * freqs
     if cfg.rope_kind == "rope2d":
         _check_rank(positions, 3, "rope2d", "[2, B, T]")
         freqs = inv_freq(h // 2, cfg.rope_theta)  # [H/4]

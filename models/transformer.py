@@ -50,6 +50,9 @@ def init_params(cfg: ModelConfig, key: jax.Array) -> dict:
         }
         if cfg.qkv_bias:
             p["qkv_bias"] = jnp.zeros((qkv_width,), dtype)
+        if cfg.qk_norm:
+            p["q_norm"] = jnp.ones((cfg.head_dim,), dtype)
+            p["k_norm"] = jnp.ones((cfg.head_dim,), dtype)
         return p
 
     params = {

@@ -40,6 +40,9 @@ def build(arch: str, *, seed: int = 0, **overrides) -> torch.nn.Module:
     elif arch == "qwen2":
         cfg = transformers.Qwen2Config(**{**TINY, "tie_word_embeddings": True, **overrides})
         model = transformers.Qwen2ForCausalLM(cfg)
+    elif arch == "qwen3":  # head_dim 32 > hidden / heads = 16 (as Qwen3's 128 > 1024 / 16), q/k norms
+        cfg = transformers.Qwen3Config(**{**TINY, "head_dim": 32, "tie_word_embeddings": True, **overrides})
+        model = transformers.Qwen3ForCausalLM(cfg)
     elif arch == "qwen2_vl":
         text = {**TINY, "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3]},
                 **overrides}

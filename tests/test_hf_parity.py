@@ -29,16 +29,57 @@ def _random_tokens(seed, shape, avoid=()):
     return toks
 
 
-@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3"])
 def test_text_parity(arch, tmp_path):
     hf = build(arch)
     hf.save_pretrained(tmp_path)
     cfg, params = models.load_hf(str(tmp_path))
-    assert cfg.arch == arch and cfg.qkv_bias == (arch == "qwen2") and cfg.tie_embeddings == (arch == "qwen2")
+    assert cfg.arch == arch and cfg.qkv_bias == (arch == "qwen2") and cfg.tie_embeddings == (arch != "llama")
+    assert cfg.qk_norm == (arch == "qwen3") and cfg.head_dim == (32 if arch == "qwen3" else 16)
     tokens = _random_tokens(0, (2, 12))
     diff = np.abs(_ours(cfg, params, tokens, text_positions(np.ones_like(tokens))) - hf_logits(hf, tokens)).max()
     print(f"\nparity {arch}: max |logit diff| = {diff:.2e}")
     assert diff <= TOL
+
+
+# Llama-3.1's scaling with a short original context, so that at head_dim 16 (frequencies theta^(-j/8), wavelengths
+# 2 pi .. ~20,000 at theta 1e4) all three bands occur: w < 32 / 4 = 8 kept, w > 32 / 1 = 32 divided by
+# the factor, 8 <= w <= 32 interpolated; positions up to 40 reach past the original context.
+LLAMA3_ROPE = {"rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0, "low_freq_factor": 1.0,
+               "high_freq_factor": 4.0, "original_max_position_embeddings": 32}
+
+
+def test_llama3_rope_scaling_parity(tmp_path):
+    hf = build("llama", rope_parameters=LLAMA3_ROPE)
+    hf.save_pretrained(tmp_path)
+    cfg, params = models.load_hf(str(tmp_path))
+    assert dict(cfg.rope_scaling) == {k: v for k, v in LLAMA3_ROPE.items() if k not in ("rope_type", "rope_theta")}
+    from models.rope import inv_freq, llama3_inv_freq
+
+    freqs = np.asarray(inv_freq(16, 1e4))
+    wavelen = 2 * np.pi / freqs
+    scaled = np.asarray(llama3_inv_freq(jnp.asarray(freqs), dict(cfg.rope_scaling)))
+    assert (wavelen < 8).any() and (wavelen > 32).any() and ((wavelen >= 8) & (wavelen <= 32)).any()
+    np.testing.assert_allclose(scaled[wavelen < 8], freqs[wavelen < 8])  # kept
+    np.testing.assert_allclose(scaled[wavelen > 32], freqs[wavelen > 32] / 8, rtol=1e-6)  # divided by the factor
+    tokens = _random_tokens(3, (2, 40))
+    ours = _ours(cfg, params, tokens, text_positions(np.ones_like(tokens)))
+    diff = np.abs(ours - hf_logits(hf, tokens)).max()
+    unscaled = _ours(cfg.replace(rope_scaling=()), params, tokens, text_positions(np.ones_like(tokens)))
+    print(f"\nparity llama3 rope scaling: max |logit diff| = {diff:.2e} (without the scaling: "
+          f"{np.abs(unscaled - hf_logits(hf, tokens)).max():.2e})")
+    assert diff <= TOL < np.abs(unscaled - hf_logits(hf, tokens)).max()  # the scaling matters at these positions
+
+
+def test_unsupported_rope_scaling_is_refused(tmp_path):
+    hf = build("llama")
+    hf.save_pretrained(tmp_path)
+    path = tmp_path / "config.json"
+    conf = json.loads(path.read_text())
+    conf["rope_parameters"] = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0}
+    path.write_text(json.dumps(conf))
+    with pytest.raises(models.CheckpointError, match=r"config\.json.*'yarn' is not supported"):
+        models.load_hf(str(tmp_path))
 
 
 def test_text_parity_left_padded(tmp_path):

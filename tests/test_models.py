@@ -20,6 +20,7 @@ VARIANTS = {
     "mrope": models.tiny(rope_kind="mrope", mrope_sections=(2, 3, 3)),
     "mrope_interleaved": models.tiny(rope_kind="mrope", mrope_sections=(2, 3, 3), mrope_interleaved=True),
     "gated": models.tiny(attn_output_gate=True),
+    "qwen3": models.tiny(qk_norm=True, head_dim=32, arch="qwen3"),  # q/k norms, head_dim > d_model / n_heads
 }
 
 
@@ -261,9 +262,17 @@ def test_config_errors_name_the_field(bad, field):
 def test_presets_param_counts():
     # Qwen2.5-0.5B is published as 494M parameters (tied embeddings).
     assert abs(models.qwen2_5_0_5b().num_params() / 1e6 - 494) < 1
-    cfg = models.tiny()
-    n = sum(x.size for x in jax.tree.leaves(models.init_params(cfg, jax.random.key(0))))
-    assert n == cfg.num_params()
+    # Qwen3-0.6B: 0.44B non-embedding parameters (its model card), embeddings tied
+    q3 = models.qwen3_0_6b()
+    assert abs((q3.num_params() - q3.vocab_size * q3.d_model) / 1e9 - 0.44) < 0.005
+    for cfg in (models.tiny(), VARIANTS["qwen3"]):
+        params = models.init_params(cfg, jax.random.key(0))
+        assert sum(x.size for x in jax.tree.leaves(params)) == cfg.num_params()
+        # every leaf has logical sharding axes (a new parameter without them is a KeyError on a mesh)
+        from grpo_jax import sharding
+
+        mesh = jax.sharding.Mesh(np.array(jax.devices()[:1]).reshape(1, 1, 1), ("data", "fsdp", "tensor"))
+        assert len(jax.tree.leaves(sharding.param_specs(params, mesh))) == len(jax.tree.leaves(params))
 
 
 def _saved_tiny(path, **kw):

@@ -22,19 +22,19 @@ from tests.hf_util import hf_logits
 NOISE_STD = 0.05  # added to every param leaf (init: matrices ~N(0, 0.02), norms 1, biases 0)
 LOGIT_TOL = 1e-5  # |our logits - transformers' logits| (float32 both)
 HF_CLASS = {"llama": transformers.LlamaForCausalLM, "qwen2": transformers.Qwen2ForCausalLM,
-            "qwen2_vl": transformers.Qwen2VLForConditionalGeneration}
+            "qwen2_vl": transformers.Qwen2VLForConditionalGeneration, "qwen3": transformers.Qwen3ForCausalLM}
 
 
 def _config(arch: str, tie: bool) -> models.ModelConfig:
     """A tiny config of `arch` (Llama: no q/k/v bias, the only form its checkpoints hold; Qwen2 / Qwen2-VL:
-    with it), non-default norm eps and RoPE base. Llama and Qwen2 get head_dim 8 != d_model / n_heads = 16;
+    with it; Qwen3: no bias, q/k norms), non-default norm eps and RoPE base. Llama and Qwen2 get head_dim 8 != d_model / n_heads = 16;
     Qwen2-VL keeps 16: transformers' Qwen2VLAttention ignores config.head_dim (hidden_size // num_heads)."""
     if arch == "qwen2_vl":
         shape = {"rope_kind": "mrope", "mrope_sections": (2, 3, 3)}
     else:
         shape = {"head_dim": 8}
-    return models.tiny(arch=arch, qkv_bias=arch != "llama", tie_embeddings=tie, norm_eps=1e-5, rope_theta=50_000.0,
-                       **shape)
+    return models.tiny(arch=arch, qkv_bias=arch not in ("llama", "qwen3"), qk_norm=arch == "qwen3",
+                       tie_embeddings=tie, norm_eps=1e-5, rope_theta=50_000.0, **shape)
 
 
 def _perturbed_params(cfg: models.ModelConfig, seed: int = 0) -> dict:
@@ -48,7 +48,7 @@ def _leaves(tree) -> dict[str, np.ndarray]:
     return {jax.tree_util.keystr(path): np.asarray(x) for path, x in jax.tree_util.tree_leaves_with_path(tree)}
 
 
-CASES = [(arch, tie) for arch in ("llama", "qwen2", "qwen2_vl") for tie in (False, True)]
+CASES = [(arch, tie) for arch in ("llama", "qwen2", "qwen2_vl", "qwen3") for tie in (False, True)]
 
 
 @pytest.mark.parametrize("arch, tie", CASES, ids=[f"{a}-{'tied' if t else 'untied'}" for a, t in CASES])
