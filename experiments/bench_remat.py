@@ -54,7 +54,8 @@ def train_config(completion: int):
 
 
 def abstract_inputs(mc, batch: int, seq_len: int, completion: int) -> tuple:
-    """(params, Batch, ref_logp, key, entropy_coef) as shapes only: what `micro_loss` takes."""
+    """(params, Batch, ref_logp, sampler_logp (None), key, entropy_coef) as shapes only: what `micro_loss`
+    takes."""
     import jax
     import jax.numpy as jnp
 
@@ -70,7 +71,7 @@ def abstract_inputs(mc, batch: int, seq_len: int, completion: int) -> tuple:
                loss_mask=row(completion, dtype=jnp.bool_), old_logp=row(completion), advantages=row(),
                temperatures=row(completion))
     key = jax.eval_shape(lambda: jax.random.key(0))
-    return params, mb, row(completion), key, jax.ShapeDtypeStruct((), jnp.float32)
+    return params, mb, row(completion), None, key, jax.ShapeDtypeStruct((), jnp.float32)
 
 
 def concrete_inputs(mc, batch: int, seq_len: int, completion: int) -> tuple:
@@ -88,7 +89,7 @@ def concrete_inputs(mc, batch: int, seq_len: int, completion: int) -> tuple:
                attn_mask=jnp.ones((batch, seq_len), bool), loss_mask=jnp.ones((batch, completion), bool),
                old_logp=logp, advantages=jax.random.normal(keys[2], (batch,)),
                temperatures=jnp.ones((batch, completion)))
-    return params, mb, logp + 0.01, jax.random.key(2), jnp.float32(0.0)
+    return params, mb, logp + 0.01, None, jax.random.key(2), jnp.float32(0.0)
 
 
 def compile_mode(mc, cfg, mode: str, inputs: tuple):

@@ -128,14 +128,14 @@ def main(argv=None) -> dict:
 
     @jax.jit
     def loss_forward(prm):
-        return jax.lax.map(lambda x: micro_loss(prm, x[0], x[1], key, jnp.float32(0.0))[0], sliced).sum()
+        return jax.lax.map(lambda x: micro_loss(prm, x[0], x[1], None, key, jnp.float32(0.0))[0], sliced).sum()
 
     grad_fn = jax.value_and_grad(micro_loss, has_aux=True)
 
     @jax.jit
     def loss_grad(prm):
         def acc(carry, x):
-            (num, _), grads = grad_fn(prm, x[0], x[1], key, jnp.float32(0.0))
+            (num, _), grads = grad_fn(prm, x[0], x[1], None, key, jnp.float32(0.0))
             return jax.tree.map(jnp.add, carry, grads), num
         zeros = jax.tree.map(jnp.zeros_like, prm)
         return jax.lax.scan(acc, zeros, sliced)

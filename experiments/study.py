@@ -203,7 +203,7 @@ def _warm_start(cfg: TrainConfig, run_dir: str, n_valid: int, sft: dict):
     """The supervised warm start of `cfg.seed` (model init, data order, validation rows): (params, summary)."""
     warm = Trainer(override(cfg, ["logging.tensorboard=false"]), run_dir, quiet=True)
     valid = warm.task.generate("valid", n_valid, cfg.seed)
-    params, summary = warm_start(warm.actor, warm.state.params, warm.stream.rows, valid,
+    params, summary = warm_start(warm.actor, warm.policy_params(), warm.stream.rows, valid,
                                  solution=warm.task.solution, seed=cfg.seed, log=(lambda *_: None), **sft)
     warm.logger.close()
     return params, summary
@@ -216,8 +216,8 @@ def last_mean(rows: list[dict], key: str, n: int = 20) -> float:
 
 
 def _num(v: float) -> str:
-    """3 decimals, or 3 significant digits for magnitudes under 1e-3 (a float32 gap of 1e-7 is not 0.000)."""
-    return f"{v:.3f}" if v == 0 or not np.isfinite(v) or abs(v) >= 1e-3 else f"{v:.2e}"
+    """3 decimals, or 3 significant digits under 0.01 (a gap of 1.7e-3 or 1e-7 is not 0.002 or 0.000)."""
+    return f"{v:.3f}" if v == 0 or not np.isfinite(v) or abs(v) >= 1e-2 else f"{v:.2e}"
 
 
 def table(results: dict, columns: list[str]) -> str:

@@ -33,6 +33,10 @@ def test_arithmetic_smoke_writes_the_report_and_resumes_accumulate_it(tmp_path):
     for name in ("metrics.jsonl", "config.json", "events.jsonl"):
         assert (tmp_path / name).exists(), name
     assert os.listdir(tmp_path / "tb") and any(p.endswith(".png") for p in os.listdir(tmp_path / "plots"))
+    # the sampler-trainer gap: measured on the first step (logging.gap_every=10 by default) and plotted
+    rows = [json.loads(line) for line in open(tmp_path / "metrics.jsonl")]
+    gaps = [r["gap/abs_logp"] for r in rows if "gap/abs_logp" in r]
+    assert len(gaps) == 1 and 0 <= gaps[0] < 1e-4 and (tmp_path / "plots" / "gap.png").exists()
     outputs = ["config.json", "report.md", "report.json"] + [f"plots/{p}" for p in os.listdir(tmp_path / "plots")]
     assert {p: oct(os.stat(tmp_path / p).st_mode & 0o777) for p in outputs} == {p: "0o644" for p in outputs}
     # Issue 18: each --resume overwrote the report with sft_steps / sft_valid_accuracy null and the wall time of
