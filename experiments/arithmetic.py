@@ -130,7 +130,7 @@ def main(argv=None) -> dict:
     valid = trainer.task.generate("valid", sft_cfg.pop("n_valid"), cfg.seed)
     sft = {}
     if trainer.step == 0:
-        params, sft = warm_start(trainer.actor, trainer.state.params, trainer.stream.rows, valid,
+        params, sft = warm_start(trainer.actor, trainer.policy_params(), trainer.stream.rows, valid,
                                  solution=trainer.task.solution, seed=cfg.seed,
                                  log=(lambda *_: None) if args.quiet else print, **sft_cfg)
         trainer.set_params(params)

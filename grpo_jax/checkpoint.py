@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import itertools
 import json
 import math
 import os
@@ -165,8 +166,10 @@ _QUIET_HOOK_INSTALLED = False
 
 
 def _quiet_abandoned_reads() -> None:
-    """From the first failed restore on, drop those tracebacks (only those: every other unraisable exception
-    goes to the previous hook); the failure itself is reported once, by the fallback warning."""
+    """From the first restore on, drop those tracebacks (only those: every other unraisable exception goes to
+    the previous hook); the failure itself is reported once, by the fallback warning. Installed before the
+    restore, not when it fails: the other reads can hit the closed loop before the failure propagates (CI saw
+    one traceback slip through that race)."""
     global _QUIET_HOOK_INSTALLED
     if _QUIET_HOOK_INSTALLED:
         return
@@ -339,13 +342,7 @@ class Checkpointer:
         if problems:  # the caller's target is wrong; an older step would not fix that
             raise CheckpointError(f"restore target does not match checkpoint step {step} in {self.directory}:\n  "
                                   + "\n  ".join(problems))
-        args = ocp.args.Composite(**{_STATE: ocp.args.StandardRestore(abstract), _META: ocp.args.JsonRestore()})
-        try:
-            restored = self._manager.restore(step, args=args)
-        except Exception as e:  # truncated / missing array files: tensorstore and orbax raise many types
-            _quiet_abandoned_reads()
-            raise _BadStep(f"checkpoint step {step} in {self.directory}: restore failed: {_short(e)}") from e
-        state, meta = restored[_STATE], restored[_META]
+        state, meta = self._restore_tolerating_empty_fields(step, abstract)
         got = _leaf_records(state)
         bad = [k for k, r in record["leaves"].items() if got[k]["sha256"] != r["sha256"]]
         if bad:
@@ -353,6 +350,40 @@ class Checkpointer:
         if _meta_digest(meta) != record["meta_sha256"]:
             raise _BadStep(f"checkpoint step {step} in {self.directory}: meta checksum mismatch")
         return state, meta
+
+    def _restore_tolerating_empty_fields(self, step: int, abstract) -> tuple[Any, dict]:
+        """Restore onto `abstract`; if orbax finds the tree structures differ, retry without some of the
+        target's fields that hold no leaves. _target_problems has already required the same leaves on both
+        sides, so the structures can differ only by such an empty field that one side lacks: e.g.
+        TrainState.base = {} (no LoRA), a field newer than the checkpoints written before LoRA existed,
+        whose empty ref_params = {} the checkpoint does hold. Each subset of the empty fields is tried (there
+        are at most a few); the target's empty values are kept in the result."""
+        try:
+            return self._restore_items(step, abstract)
+        except ValueError as e:  # only orbax's tree-structure mismatch reaches here
+            error = e
+        if dataclasses.is_dataclass(abstract):
+            fields = {f.name: getattr(abstract, f.name) for f in dataclasses.fields(abstract)}
+            empty = [k for k, v in fields.items() if not jax.tree_util.tree_leaves(v)]
+            for n_dropped in range(1, len(empty) + 1):
+                for dropped in itertools.combinations(empty, n_dropped):
+                    try:
+                        state, meta = self._restore_items(step, {k: v for k, v in fields.items() if k not in dropped})
+                    except ValueError:
+                        continue
+                    return abstract.replace(**state), meta
+        raise _BadStep(f"checkpoint step {step} in {self.directory}: restore failed: {_short(error)}") from error
+
+    def _restore_items(self, step: int, abstract) -> tuple[Any, dict]:
+        args = ocp.args.Composite(**{_STATE: ocp.args.StandardRestore(abstract), _META: ocp.args.JsonRestore()})
+        _quiet_abandoned_reads()  # before the restore: the abandoned reads may finish before its exception reaches us
+        try:
+            restored = self._manager.restore(step, args=args)
+        except Exception as e:  # truncated / missing array files: tensorstore and orbax raise many types
+            if isinstance(e, ValueError) and "tree structures do not match" in str(e):
+                raise  # _restore_step decides
+            raise _BadStep(f"checkpoint step {step} in {self.directory}: restore failed: {_short(e)}") from e
+        return restored[_STATE], restored[_META]
 
     def _remember_rank(self, step: int) -> None:
         try:
@@ -402,15 +433,20 @@ def _show(value) -> str:
     return "<missing>" if value is _MISSING else json.dumps(value)
 
 
-def check_compatible(saved_config: dict, new_config: dict, keys: Sequence[str]) -> None:
+def check_compatible(saved_config: dict, new_config: dict, keys: Sequence[str], *,
+                     defaults: dict | None = None) -> None:
     """Raise CheckpointError naming every dotted key in `keys` whose value differs (or is missing).
 
     Keys not listed may differ freely (e.g. logging, total steps); the listed ones are those whose change
-    would make resuming silently wrong (model shape, group size, advantage estimator, ...).
+    would make resuming silently wrong (model shape, group size, advantage estimator, ...). `defaults`: a
+    config whose values stand in for keys the saved config lacks (a field added after the checkpoint was
+    written; new fields default to what the code did before them, e.g. lora.rank 0).
     """
     diffs = []
     for key in keys:
         old, new = _as_json(_lookup(saved_config, key)), _as_json(_lookup(new_config, key))
+        if old is _MISSING and defaults is not None:
+            old = _as_json(_lookup(defaults, key))
         if old is _MISSING and new is _MISSING:
             diffs.append(f"{key}: in neither config")
         elif old is _MISSING or new is _MISSING or old != new:

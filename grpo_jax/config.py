@@ -616,6 +616,7 @@ class CheckpointConfig:
     keep_last: int = 3  # newest checkpoints kept
     keep_best: int = 1  # also keep the best N by `best_metric`
     best_metric: str = "eval/accuracy"  # metric ranking the kept-best checkpoints (higher is better)
+    export_hf: bool = False  # after the last step, write the policy as a transformers checkpoint to <out>/hf
 
     def __post_init__(self):
         _at_least(self, ("every",), 0, " (N = every N steps, 0 = only at the end)")
@@ -640,6 +641,45 @@ class LoggingConfig:
         if not self.gap_bound > 1.0:
             _fail("LoggingConfig", "gap_bound", f"must be > 1, got {self.gap_bound!r}")
         _at_least(self, ("samples_per_step",), 0)
+
+
+LORA_TARGETS = ("q", "k", "v", "o", "gate", "up", "down")  # = models.lora.TARGETS (a test keeps the two equal)
+
+
+@dataclasses.dataclass(frozen=True)
+class LoraConfig:
+    """LoRA (models.lora; PEFT LoraConfig semantics): each target projection y = x W gains
+    (alpha / rank) * (dropout(x) A) B, B = 0 at the start; the base weights are frozen and held outside the
+    optimizer; the KL reference is the base (adapters off, as TRL with peft), or with ref_reset_every a held
+    copy reset to the merged policy; rollouts, evaluation and export use the merged W + (alpha / rank) A B."""
+
+    rank: int = 0  # r of every adapter; 0 = LoRA off (every weight is trained)
+    alpha: float = 32.0  # scale = alpha / rank (PEFT lora_alpha); 32 as TRL's LoRA-without-regret GRPO recipe
+    dropout: float = 0.0  # dropout on each adapter's input in the loss forward (PEFT lora_dropout, default 0)
+    targets: tuple = LORA_TARGETS  # projections with an adapter, among LORA_TARGETS (all = PEFT "all-linear")
+
+    def __post_init__(self):
+        name = type(self).__name__
+        if isinstance(self.rank, bool) or not isinstance(self.rank, int) or self.rank < 0:
+            _fail(name, "rank", f"must be an int >= 0 (0 = off), got {self.rank!r}")
+        if isinstance(self.alpha, bool) or not is_finite_number(self.alpha) or not self.alpha > 0:
+            _fail(name, "alpha", f"must be a finite number > 0, got {self.alpha!r}")
+        if isinstance(self.dropout, bool) or not is_finite_number(self.dropout) or not 0 <= self.dropout < 1:
+            _fail(name, "dropout", f"must be in [0, 1), got {self.dropout!r}")
+        targets = self.targets
+        if isinstance(targets, str) or not isinstance(targets, (tuple, list)) or not targets:
+            _fail(name, "targets", f"must be a non-empty list of {', '.join(LORA_TARGETS)}, got {targets!r}")
+        unknown = [t for t in targets if t not in LORA_TARGETS]
+        if unknown:
+            _fail(name, "targets", f"unknown projections {unknown}; known: {', '.join(LORA_TARGETS)}")
+        if len(set(targets)) != len(targets):
+            _fail(name, "targets", f"a projection is named twice: {list(targets)}")
+        object.__setattr__(self, "targets", tuple(targets))
+
+    @property
+    def scale(self) -> float:
+        """alpha / rank, the factor of every adapter's output (0 when LoRA is off)."""
+        return self.alpha / self.rank if self.rank else 0.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -667,6 +707,7 @@ class TrainConfig:
     temperature: TemperatureConfig = TemperatureConfig()  # adaptive rollout temperature (base: sampling)
     monitor: MonitorConfig = MonitorConfig()  # alarms: warn or pause
     dynamic: DynamicSamplingConfig = DynamicSamplingConfig()
+    lora: LoraConfig = LoraConfig()  # LoRA adapters instead of training every weight (rank 0 = off)
 
     def __post_init__(self):
         for f in ("seed", "steps", "prompts_per_step", "mu", "minibatches", "microbatches", "ref_reset_every"):
@@ -691,7 +732,7 @@ class TrainConfig:
 RESUME_CRITICAL = (
     "model.preset", "model.hf_path", "model.d_model", "model.n_layers", "model.n_heads", "model.n_kv_heads",
     "model.head_dim", "model.mlp_dim", "model.param_dtype", "sampling.group_size", "advantage.estimator",
-    "task.name", "task.options", "prompts_per_step",
+    "task.name", "task.options", "prompts_per_step", "lora.rank", "lora.alpha", "lora.targets",
 )
 
 

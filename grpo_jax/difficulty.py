@@ -77,7 +77,7 @@ def main(argv=None) -> dict:
     with tempfile.TemporaryDirectory() as scratch:  # the trainer's own logs: never touch the run directory
         trainer = Trainer(cfg, scratch, quiet=True)
         step = load_policy(trainer, args.run, args.step) if args.run else None
-        rates = estimate_pass_rates(trainer.actor, trainer.state.params, rows, k=args.k,
+        rates = estimate_pass_rates(trainer.actor, trainer.policy_params(), rows, k=args.k,
                                     temperature=cfg.sampling.temperature, seed=args.seed)
         trainer.logger.close()
     out = args.out or default_output(args.data)

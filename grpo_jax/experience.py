@@ -80,6 +80,7 @@ class Experience:
     rewards: np.ndarray  # [B, G, K] float32 per-dimension rewards (never pre-summed)
     totals: np.ndarray  # [B, G] float32 weighted totals sum_k w_k R[..., k] (NaN skipped)
     texts: tuple  # [B*G] decoded completions, row-major over (b, g)
+    reasons: tuple = ()  # [B*G] {dimension: the reward's info["reason"]}, row-major like texts
 
 
 # --------------------------------------------------------------------------------------------------
@@ -113,9 +114,16 @@ def rollout(actor: Actor, params, rows: Sequence[Row], key: jax.Array, *, group_
 
 
 def score(actor: Actor, rows: Sequence[Row], ro: sampler.Rollout) -> tuple[np.ndarray, list[str]]:
-    """R [B, G, K] and the decoded completions [B*G]. Each process scores the groups that live on its
-    devices (`sharding.process_rows` of the rollout mesh) and R is gathered after, so an expensive reward
-    (sandboxed code) is not run by every host on every row; the completions are decoded on every host."""
+    """R [B, G, K] and the decoded completions [B*G] (`score_with_reasons` without the reasons)."""
+    return score_with_reasons(actor, rows, ro)[:2]
+
+
+def score_with_reasons(actor: Actor, rows: Sequence[Row],
+                       ro: sampler.Rollout) -> tuple[np.ndarray, list[str], list[dict[str, str]]]:
+    """R [B, G, K], the decoded completions [B*G] and each completion's reward reasons [B*G] {dimension:
+    info["reason"]}. Each process scores the groups that live on its devices (`sharding.process_rows` of
+    the rollout mesh) and R and the reasons are gathered after, so an expensive reward (sandboxed code) is
+    not run by every host on every row; the completions are decoded on every host."""
     toks, lengths = sharding.to_host(ro.tokens), sharding.to_host(ro.lengths)
     b, g, _ = toks.shape
     texts = [actor.tokenizer.decode(toks[i, j, : lengths[i, j]]) for i in range(b) for j in range(g)]
@@ -123,19 +131,43 @@ def score(actor: Actor, rows: Sequence[Row], ro: sampler.Rollout) -> tuple[np.nd
     mine = owned[jax.process_index()] if len(owned) > 1 else owned[0]
     samples = [dict(rows[i], response_length=int(lengths[i, j])) for i in mine for j in range(g)]
     r = np.zeros((len(mine), g, len(actor.specs)), np.float32)
+    codes = np.zeros((len(mine), g, len(actor.specs), REASON_BYTES), np.uint8)
     if len(mine):  # a process may hold no rows (fewer groups than processes) but still joins the gather
-        r = rewards_lib.evaluate(actor.specs, [texts[i * g + j] for i in mine for j in range(g)],
-                                 samples)[0].reshape(r.shape)
-    return sharding.gather_rows(r, owned, b), texts
+        r_flat, infos = rewards_lib.evaluate(actor.specs, [texts[i * g + j] for i in mine for j in range(g)],
+                                             samples)
+        r, codes = r_flat.reshape(r.shape), reason_codes(infos["per_response"], actor.dims).reshape(codes.shape)
+    codes = sharding.gather_rows(codes, owned, b).reshape(b * g, len(actor.specs), REASON_BYTES)
+    return sharding.gather_rows(r, owned, b), texts, reasons_from_codes(codes, actor.dims)
+
+
+# a reward's info["reason"] is a short identifier ("multiple_answers", "timeout"); longer ones are cut here
+REASON_BYTES = 48
+
+
+def reason_codes(per_response: Sequence[dict], dims: Sequence[str]) -> np.ndarray:
+    """[N, K, REASON_BYTES] uint8: each response's reason per dimension as zero-padded UTF-8, an array so that
+    `sharding.gather_rows` puts every process's reasons in place as it does their rewards."""
+    out = np.zeros((len(per_response), len(dims), REASON_BYTES), np.uint8)
+    for i, info in enumerate(per_response):
+        for k, d in enumerate(dims):
+            raw = str(info[d].get("reason", "")).encode("utf-8")[:REASON_BYTES]
+            out[i, k, : len(raw)] = np.frombuffer(raw, np.uint8)
+    return out
+
+
+def reasons_from_codes(codes: np.ndarray, dims: Sequence[str]) -> list[dict[str, str]]:
+    """The inverse of `reason_codes` (a character cut in half at the byte limit is dropped)."""
+    return [{d: bytes(row[k]).rstrip(b"\0").decode("utf-8", "ignore") for k, d in enumerate(dims)} for row in codes]
 
 
 def experience(actor: Actor, params, rows: Sequence[Row], key: jax.Array, *, weights: np.ndarray,
                temperature: float) -> Experience:
     """One rollout round of these rows, scored."""
     ro = rollout(actor, params, rows, key, group_size=actor.sampling.group_size, temperature=temperature)
-    r, texts = score(actor, rows, ro)
+    r, texts, reasons = score_with_reasons(actor, rows, ro)
     totals = np.asarray(adv_lib.weighted_total(r, weights))
-    return Experience(rows=tuple(rows), rollout=ro, rewards=r, totals=totals, texts=tuple(texts))
+    return Experience(rows=tuple(rows), rollout=ro, rewards=r, totals=totals, texts=tuple(texts),
+                      reasons=tuple(reasons))
 
 
 def collect(actor: Actor, params, draw: Callable[[int], list[Row]], key: jax.Array, *, n_prompts: int,
@@ -191,7 +223,8 @@ def select_groups(rounds: Sequence[Experience], selection: Sequence[tuple[int, i
         rollout=jax.tree.map(lambda *xs: jnp.concatenate(xs), *ros),
         rewards=np.concatenate([e.rewards[i : i + 1] for e, i in picked]),
         totals=np.concatenate([e.totals[i : i + 1] for e, i in picked]),
-        texts=tuple(t for e, i in picked for t in e.texts[i * g : (i + 1) * g]))
+        texts=tuple(t for e, i in picked for t in e.texts[i * g : (i + 1) * g]),
+        reasons=tuple(r for e, i in picked for r in e.reasons[i * g : (i + 1) * g]))
 
 
 def evaluate(actor: Actor, params, rows: Sequence[Row], *, batch_size: int = 256) -> dict[str, float]:
@@ -294,7 +327,26 @@ def host_metrics(exp: Experience, dims: Sequence[str]) -> dict[str, float]:
     out["repetition/rate"] = repetition_rate(sharding.to_host(exp.rollout.tokens),
                                              sharding.to_host(exp.rollout.lengths))
     out.update(thinking_lengths(exp.texts))
+    out.update(reason_counts(exp.reasons))
     return out
+
+
+def reason_counts(reasons: Sequence[dict[str, str]]) -> dict[str, float]:
+    """"reason/<dim>/<reason>": how many of the step's completions each reward gave that reason (e.g.
+    reason/math/multiple_answers); a reason absent from a step's row was given 0 times."""
+    counts: dict[str, float] = {}
+    for per_dim in reasons:
+        for d, why in per_dim.items():
+            counts[f"reason/{d}/{why}"] = counts.get(f"reason/{d}/{why}", 0.0) + 1.0
+    return dict(sorted(counts.items()))
+
+
+def logged_samples(exp: Experience, dims: Sequence[str], n: int) -> list[dict]:
+    """The first n completions of a step as samples.jsonl rows: the text, its reward per dimension and the
+    reason each reward gave."""
+    r = exp.rewards.reshape(-1, len(dims))
+    return [{"response": exp.texts[i], "rewards": {d: float(x) for d, x in zip(dims, r[i])},
+             "reasons": exp.reasons[i] if i < len(exp.reasons) else {}} for i in range(min(n, len(exp.texts)))]
 
 
 def thinking_lengths(texts: Sequence[str]) -> dict[str, float]:

@@ -162,7 +162,7 @@ def has_step_rows(out_dir: str) -> bool:
 
 # What a run writes beside its checkpoints: moved together by `set_aside`.
 RUN_OUTPUTS = tuple(f"{name}.jsonl" for name in (*STEP_FILES, "events")) + (
-    "config.json", "report.md", "report.json", "tb", "plots", "alarms")
+    "config.json", "manifest.json", "report.md", "report.json", "tb", "plots", "alarms", "hf")
 
 
 def set_aside(out_dir: str, dest_root: str) -> str:

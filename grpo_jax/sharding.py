@@ -28,6 +28,7 @@ RULES: dict[str, tuple[str, ...] | None] = {
     "mlp": ("tensor",),
     "vocab": ("tensor",),
     "norm": None,
+    "lora_rank": None,  # a LoRA adapter's rank r: small, never split
 }
 
 # parameter name -> logical axes of its dimensions (models.layers documents the layout)
@@ -45,6 +46,13 @@ PARAM_AXES: dict[str, tuple[str, ...]] = {
     "gate_up": ("embed", "mlp"),
     "down": ("mlp", "embed"),
 }
+# LoRA adapters (models.lora: {target: {"a": [in, r], "b": [r, out]}}), keyed "target.a" / "target.b": A is
+# split like its base tensor's input dimension and B like its output columns, so x A and (x A) B shard as
+# x W does
+_LORA_IO = {"q": ("embed", "heads"), "k": ("embed", "heads"), "v": ("embed", "heads"), "o": ("heads", "embed"),
+            "gate": ("embed", "mlp"), "up": ("embed", "mlp"), "down": ("mlp", "embed")}
+PARAM_AXES.update({f"{t}.a": (io[0], "lora_rank") for t, io in _LORA_IO.items()})
+PARAM_AXES.update({f"{t}.b": ("lora_rank", io[1]) for t, io in _LORA_IO.items()})
 
 
 def initialize_distributed(cfg: MeshConfig) -> None:
@@ -128,9 +136,12 @@ def _leaf_name(path) -> str:
 
 
 def param_specs(params_shape, mesh: Mesh):
-    """PartitionSpecs for a params pytree (arrays or ShapeDtypeStructs), from PARAM_AXES and RULES."""
+    """PartitionSpecs for a params pytree (arrays or ShapeDtypeStructs), from PARAM_AXES and RULES (a
+    leaf is looked up as "parent.name" first, for the LoRA adapters' a / b, then as its name)."""
     def spec(path, leaf):
         name = _leaf_name(path)
+        if len(path) > 1 and f"{_leaf_name(path[:-1])}.{name}" in PARAM_AXES:
+            name = f"{_leaf_name(path[:-1])}.{name}"
         if name not in PARAM_AXES:
             raise KeyError(f"no logical axes for parameter {jax.tree_util.keystr(path)}; add it to PARAM_AXES")
         return logical_to_spec(PARAM_AXES[name], leaf.shape, mesh)

@@ -26,7 +26,8 @@ import optax
 
 import models
 from grpo_jax import checkpoint as ckpt_lib
-from grpo_jax import control, diagnostics, experience, losses, monitor, runlog, sharding
+from grpo_jax import control, diagnostics, experience, losses, monitor, provenance, runlog, sharding
+from grpo_jax import export as export_lib
 from grpo_jax import data as data_lib
 from grpo_jax import rewards as rewards_lib
 from grpo_jax import tasks as tasks_lib
@@ -35,20 +36,27 @@ from grpo_jax.config import RESUME_CRITICAL, TrainConfig, to_dict
 from grpo_jax.experience import Batch
 from grpo_jax.fileio import atomic_write_text
 from grpo_jax.perf import tune_host_allocator
+from models import lora as lora_lib
 from models.config import ModelConfig
 from models.rope import rope_positions, text_positions
 
 # The init key is fold_in(key(seed), INIT_KEY_FOLD); step s uses fold_in(key(seed), s), and no run reaches
 # 2^31 - 1 steps, so initialisation never shares a key with a step.
 INIT_KEY_FOLD = 0x7FFFFFFF
+# LoRA adapters are initialised from fold_in(init key, LORA_INIT_FOLD) (init_params splits the init key
+# itself, so the two never share a key); adapter dropout in a microbatch's loss forward draws from
+# fold_in(that microbatch's loss key, LORA_DROPOUT_FOLD), leaving the loss key itself as it was.
+LORA_INIT_FOLD = 1
+LORA_DROPOUT_FOLD = 1
 
 
 @flax.struct.dataclass
 class TrainState:
     step: jax.Array  # [] int32: GRPO steps taken (each makes mu * minibatches optimizer updates)
-    params: Any
+    params: Any  # what the optimizer trains: the policy's weights, or with LoRA (lora.rank > 0) its adapters only
     opt_state: Any
-    ref_params: Any  # frozen reference policy; {} when beta == 0 (nothing held)
+    ref_params: Any  # frozen reference policy; {} when beta == 0 or when it is the LoRA base (nothing held)
+    base: Any = flax.struct.field(default_factory=dict)  # LoRA: the frozen base weights; {} without LoRA
 
 
 # --------------------------------------------------------------------------------------------------
@@ -76,11 +84,14 @@ def make_optimizer(cfg: TrainConfig) -> optax.GradientTransformation:
     return optax.chain(*chain)
 
 
-def completion_logprobs(model_cfg: ModelConfig, params, tokens, attn_mask, n_completion: int, temperature):
+def completion_logprobs(model_cfg: ModelConfig, params, tokens, attn_mask, n_completion: int, temperature, *,
+                        dropout_key=None):
     """Teacher-forced logprobs and entropies [N, T] of the last T tokens under softmax(logits / temperature);
-    temperature is a scalar or per token [N, T] (as the sampler recorded it)."""
+    temperature is a scalar or per token [N, T] (as the sampler recorded it). dropout_key: LoRA dropout
+    (the loss forward only)."""
     pos = text_positions(attn_mask)
-    logits, _ = models.forward(model_cfg, params, tokens, rope_positions(model_cfg, pos), attn_mask=attn_mask)
+    logits, _ = models.forward(model_cfg, params, tokens, rope_positions(model_cfg, pos), attn_mask=attn_mask,
+                               dropout_key=dropout_key)
     t = jnp.asarray(temperature, jnp.float32)
     t = jnp.where(t > 0, t, 1.0)
     logits = logits[:, -n_completion - 1 : -1] / (t[..., None] if t.ndim else t)
@@ -111,15 +122,19 @@ def _tree_where(pred, a, b):
 
 
 def make_micro_loss(model_cfg: ModelConfig, cfg: TrainConfig):
-    """`micro_loss(params, batch, ref_logp, sampler_logp, key, entropy_coef) -> (loss numerator,
+    """`micro_loss(params, batch, ref_logp, sampler_logp, key, entropy_coef, base=None) -> (loss numerator,
     (denominator, metric sums))` for one microbatch: the policy forward and the configured loss (what the
     step differentiates). sampler_logp: the rollout's logprobs when they differ from batch.old_logp (the
-    recomputed pi_old), else None."""
+    recomputed pi_old), else None. With LoRA, params are the adapters and base the frozen weights they are
+    attached to (`forward_params`); adapter dropout draws from fold_in(key, LORA_DROPOUT_FOLD)."""
     loss_cfg, t_len = cfg.loss, cfg.sampling.max_new_tokens
     use_entropy = cfg.entropy.mode != "constant" or cfg.entropy.coef > 0 or loss_cfg.top_entropy_quantile < 1
+    lora_dropout = cfg.lora.rank > 0 and cfg.lora.dropout > 0
 
-    def micro_loss(params, mb: Batch, ref_logp, sampler_logp, key, entropy_coef):
-        logp, ent = completion_logprobs(model_cfg, params, mb.tokens, mb.attn_mask, t_len, mb.temperatures)
+    def micro_loss(params, mb: Batch, ref_logp, sampler_logp, key, entropy_coef, base=None):
+        dropout_key = jax.random.fold_in(key, LORA_DROPOUT_FOLD) if lora_dropout else None
+        logp, ent = completion_logprobs(model_cfg, forward_params(cfg, params, base, training=True), mb.tokens,
+                                        mb.attn_mask, t_len, mb.temperatures, dropout_key=dropout_key)
         num, den, metrics = losses.loss_terms(
             loss_cfg, logp=logp, old_logp=mb.old_logp, advantages=mb.advantages, mask=mb.loss_mask,
             ref_logp=ref_logp, entropies=ent if use_entropy else None, entropy_coef=entropy_coef, key=key,
@@ -133,13 +148,13 @@ def make_micro_loss(model_cfg: ModelConfig, cfg: TrainConfig):
 
 
 def make_minibatch_update(model_cfg: ModelConfig, cfg: TrainConfig, optimizer: optax.GradientTransformation):
-    """`update((params, opt_state), (minibatch, ref_logp, sampler_logp, key), entropy_coef)`: gradients
-    accumulated over
-    the microbatches, normalised by the summed loss denominator, one optax update; a non-finite loss or
-    gradient norm leaves params and optimizer state unchanged (and counts as skipped)."""
+    """`update((params, opt_state), (minibatch, ref_logp, sampler_logp, key), entropy_coef, base=None)`:
+    gradients accumulated over the microbatches, normalised by the summed loss denominator, one optax update;
+    a non-finite loss or gradient norm leaves params and optimizer state unchanged (and counts as skipped).
+    With LoRA, params are the adapters and `base` (not differentiated) the frozen weights."""
     grad_fn = jax.value_and_grad(make_micro_loss(model_cfg, cfg), has_aux=True)
 
-    def update(carry, xs, entropy_coef):
+    def update(carry, xs, entropy_coef, base=None):
         params, opt_state = carry
         mb, ref_logp, sampler_logp, key = xs
         micro = _split_rows((mb, ref_logp, sampler_logp), cfg.microbatches)
@@ -147,7 +162,7 @@ def make_minibatch_update(model_cfg: ModelConfig, cfg: TrainConfig, optimizer: o
 
         def accumulate(acc, x):
             (m_b, m_ref, m_sampler), k = x
-            (num, (den, metrics)), grads = grad_fn(params, m_b, m_ref, m_sampler, k, entropy_coef)
+            (num, (den, metrics)), grads = grad_fn(params, m_b, m_ref, m_sampler, k, entropy_coef, base)
             if acc is None:
                 return num, den, metrics, grads
             return (acc[0] + num, acc[1] + den, losses.merge_metrics(acc[2], metrics),
@@ -186,17 +201,18 @@ def make_train_step(model_cfg: ModelConfig, cfg: TrainConfig, optimizer: optax.G
         n = batch.tokens.shape[0]
         ref_logp = None
         if cfg.loss.beta > 0:
-            ref_logp = jax.lax.stop_gradient(chunked_logprobs(model_cfg, state.ref_params, batch, t_len, chunks))
+            ref_logp = jax.lax.stop_gradient(chunked_logprobs(model_cfg, reference_params(cfg, state), batch, t_len,
+                                                              chunks))
         sampler_logp = batch.old_logp  # the rollout's own logprobs
+        policy = forward_params(cfg, state.params, state.base)  # no dropout: pi_old as the sampler saw it
         if recompute:
             batch = batch.replace(old_logp=jax.lax.stop_gradient(
-                chunked_logprobs(model_cfg, state.params, batch, t_len, chunks)))
+                chunked_logprobs(model_cfg, policy, batch, t_len, chunks)))
             gap = diagnostics.sampler_trainer_gap(batch.old_logp, sampler_logp, batch.loss_mask, bound=gap_bound)
         elif cfg.logging.gap_every:  # one extra teacher-forced pass on measured steps only
             measured = state.step % cfg.logging.gap_every == 0
             trainer_logp = jax.lax.cond(
-                measured, lambda: jax.lax.stop_gradient(chunked_logprobs(model_cfg, state.params, batch, t_len,
-                                                                         chunks)),
+                measured, lambda: jax.lax.stop_gradient(chunked_logprobs(model_cfg, policy, batch, t_len, chunks)),
                 lambda: sampler_logp)
             gap = diagnostics.sampler_trainer_gap(trainer_logp, sampler_logp, batch.loss_mask, bound=gap_bound)
             gap["gap/measured"] = measured.astype(jnp.float32)
@@ -211,7 +227,7 @@ def make_train_step(model_cfg: ModelConfig, cfg: TrainConfig, optimizer: optax.G
             mbs = _split_rows(jax.tree.map(lambda x: x[perm], (batch, ref_rows, sampler_rows)), cfg.minibatches)
             xs = (mbs[0], None if ref_logp is None else mbs[1], mbs[2] if pass_sampler else None,
                   jax.random.split(k_loss, cfg.minibatches))
-            return jax.lax.scan(lambda c, x: minibatch_update(c, x, entropy_coef), carry, xs)
+            return jax.lax.scan(lambda c, x: minibatch_update(c, x, entropy_coef, state.base), carry, xs)
 
         carry = (state.params, state.opt_state)
         (params, opt_state), (outs, metrics) = jax.lax.scan(epoch, carry, jax.random.split(key, cfg.mu))
@@ -236,9 +252,56 @@ def _merge_update_metrics(outs: dict, metrics: dict, n_updates: int) -> dict:
     return out
 
 
-def init_state(params, optimizer, *, keep_reference: bool) -> TrainState:
+def init_state(params, optimizer, *, keep_reference: bool, adapters=None) -> TrainState:
+    """Step 0. Without adapters the optimizer trains `params`; with LoRA adapters (`models.lora`) it trains
+    those only and `params` become the frozen base (TrainState.base). keep_reference: hold a copy of
+    `params` as the reference (with LoRA only needed for ref_reset_every, see `initial_state`)."""
     ref = jax.tree.map(jnp.copy, params) if keep_reference else {}
-    return TrainState(step=jnp.int32(0), params=params, opt_state=optimizer.init(params), ref_params=ref)
+    if adapters is None:
+        return TrainState(step=jnp.int32(0), params=params, opt_state=optimizer.init(params), ref_params=ref)
+    return TrainState(step=jnp.int32(0), params=adapters, opt_state=optimizer.init(adapters), ref_params=ref,
+                      base=params)
+
+
+def initial_state(cfg: TrainConfig, model_cfg: ModelConfig, params, optimizer, key: jax.Array,
+                  mesh=None) -> TrainState:
+    """The state a run starts from (placed on `mesh` when given). With LoRA (lora.rank > 0) `params` are the
+    frozen base and fresh adapters (B = 0, A from fold_in(key, LORA_INIT_FOLD)) are trained. The KL
+    reference is then the base itself, no copy (TRL with peft: adapters disabled), except with
+    ref_reset_every, whose resets copy the merged policy into a held reference."""
+    place = (lambda tree: tree) if mesh is None else (lambda tree: sharding.shard_params(tree, mesh))
+    params = place(params)
+    if not cfg.lora.rank:
+        return init_state(params, optimizer, keep_reference=cfg.loss.beta > 0)
+    adapters = place(lora_lib.init_adapters(model_cfg, cfg.lora.rank, cfg.lora.targets,
+                                            jax.random.fold_in(models.as_typed_key(key), LORA_INIT_FOLD)))
+    return init_state(params, optimizer, keep_reference=cfg.loss.beta > 0 and cfg.ref_reset_every > 0,
+                      adapters=adapters)
+
+
+def forward_params(cfg: TrainConfig, params, base, *, training: bool = False):
+    """What `models.forward` runs as the policy inside the step: `params` as they are, or with LoRA the base
+    with the adapters `params` attached (`models.lora.attach`: nothing copied). training=True keeps the
+    configured adapter dropout, which acts only where the forward also gets a dropout key."""
+    if not cfg.lora.rank:
+        return params
+    return lora_lib.attach(base, params, scale=cfg.lora.scale, dropout=cfg.lora.dropout if training else 0.0)
+
+
+def reference_params(cfg: TrainConfig, state: TrainState):
+    """The KL reference's weights: the held copy, or with LoRA and no held copy the base (adapters off)."""
+    if cfg.lora.rank and not cfg.ref_reset_every:
+        return state.base
+    return state.ref_params
+
+
+def policy_params(model_cfg: ModelConfig, cfg: TrainConfig, state: TrainState):
+    """The policy's full weights, the one source for rollouts, evaluation, reference resets and export:
+    state.params, or with LoRA the base with the adapters merged in, W + (alpha / rank) A B (plain params,
+    so decoding costs what the base's does)."""
+    if not cfg.lora.rank:
+        return state.params
+    return lora_lib.merge(model_cfg, state.base, state.params, cfg.lora.scale)
 
 
 def build_model(cfg: TrainConfig, vocab_size: int, key: jax.Array, *, tokenizer_name: str = "the task's tokenizer"):
@@ -259,11 +322,17 @@ def build_model(cfg: TrainConfig, vocab_size: int, key: jax.Array, *, tokenizer_
                 "task.options tokenizer_path = the checkpoint folder) or a model whose vocab_size is at least "
                 f"{vocab_size}")
         return model_cfg, params
+    model_cfg = preset_config(spec, vocab_size)
+    return model_cfg, models.init_params(model_cfg, key)
+
+
+def preset_config(spec, vocab_size: int) -> ModelConfig:
+    """The ModelConfig of model.preset with the run's shape overrides (0 = keep the preset's); also what
+    `grpo_jax.export` rebuilds a checkpoint's shapes from."""
     shape = {f: getattr(spec, f) for f in ("d_model", "n_layers", "n_heads", "n_kv_heads", "head_dim", "mlp_dim")}
     overrides = {k: v for k, v in shape.items() if v}
-    model_cfg = models.preset(spec.preset, vocab_size=vocab_size, param_dtype=spec.param_dtype, dtype=spec.dtype,
-                              remat=spec.remat, **overrides)
-    return model_cfg, models.init_params(model_cfg, key)
+    return models.preset(spec.preset, vocab_size=vocab_size, param_dtype=spec.param_dtype, dtype=spec.dtype,
+                         remat=spec.remat, **overrides)
 
 
 def reward_specs(cfg: TrainConfig, task) -> tuple[rewards_lib.RewardSpec, ...]:
@@ -320,10 +389,14 @@ class Trainer:
         model_cfg, params = build_model(cfg, tokenizer.vocab_size, jax.random.fold_in(self.run_key, INIT_KEY_FOLD),
                                         tokenizer_name=repr(tokenizer))
         self.actor = experience.Actor(model_cfg, tokenizer, specs, cfg.sampling, mesh=self.rollout_mesh)
+        if cfg.checkpoint.export_hf:  # refused now, not after the last step
+            export_lib.check_exportable(model_cfg, "checkpoint.export_hf=true")
         self.optimizer = make_optimizer(cfg)
-        self.state = init_state(sharding.shard_params(params, self.mesh), self.optimizer,
-                                keep_reference=cfg.loss.beta > 0)
+        self.state = initial_state(cfg, model_cfg, params, self.optimizer,
+                                   jax.random.fold_in(self.run_key, INIT_KEY_FOLD), mesh=self.mesh)
         self.state_shardings = jax.tree.map(lambda x: x.sharding, jax.jit(lambda s: s)(self.state))
+        # LoRA: the merged policy, laid out as the base (train.policy_params; unused state leaves are pruned)
+        self._merged = jax.jit(lambda st: policy_params(model_cfg, cfg, st), out_shardings=self.state_shardings.base)
         self.train_step = jax.jit(make_train_step(model_cfg, cfg, self.optimizer),
                                   out_shardings=(self.state_shardings, None), donate_argnums=0)
         self.ckpt = ckpt_lib.Checkpointer(os.path.join(out_dir, "checkpoints"), keep_last=cfg.checkpoint.keep_last,
@@ -350,6 +423,10 @@ class Trainer:
         if start is None and jax.process_index() == 0:
             atomic_write_text(os.path.join(out_dir, "config.json"), json.dumps(to_dict(cfg), indent=2, sort_keys=True))
             self.logger.event(0, "data", **self.data_report)
+        if jax.process_index() == 0:  # every start (a resume may run other code): <out>/manifest.json
+            for problem in provenance.record_start(out_dir, cfg, self.actor.specs, start_step=start or 0):
+                self.logger.event(start or 0, "regression_failed", message=problem)
+                warnings.warn(problem, RuntimeWarning, stacklevel=3)
 
     def _fresh_start(self, *, resume: bool) -> list[tuple[str, dict]]:
         """Before a run starts at step 0 in its folder: the (event kind, info) notes to log and warn. Every
@@ -383,10 +460,17 @@ class Trainer:
         return int(self.state.step)
 
     def set_params(self, params) -> None:
-        """Start GRPO from these params (e.g. after a warm start): fresh optimizer, reference = params.
-        The params are copied: the train step donates its state, and the caller may reuse what it passed."""
+        """Start GRPO from these params (e.g. after a warm start): fresh optimizer, reference = params (with
+        LoRA: params become the frozen base, with fresh adapters). The params are copied: the train step
+        donates its state, and the caller may reuse what it passed."""
         params = jax.tree.map(jnp.copy, sharding.shard_params(params, self.mesh))
-        self.state = init_state(params, self.optimizer, keep_reference=self.cfg.loss.beta > 0)
+        self.state = initial_state(self.cfg, self.actor.model_cfg, params, self.optimizer,
+                                   jax.random.fold_in(self.run_key, INIT_KEY_FOLD), mesh=self.mesh)
+
+    def policy_params(self):
+        """The current policy's full weights (`policy_params`): state.params, or with LoRA the base with the
+        adapters merged in. What rollouts, evaluation, reference resets and the export use."""
+        return self._merged(self.state) if self.cfg.lora.rank else self.state.params
 
     # ------------------------------------------------------------------ checkpoints
     def _controls(self) -> dict:
@@ -406,7 +490,7 @@ class Trainer:
         target = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), self.state,
                               self.state_shardings)
         state, meta, step = self.ckpt.restore(target, step=rollback_to)
-        ckpt_lib.check_compatible(meta["config"], to_dict(self.cfg), RESUME_CRITICAL)
+        ckpt_lib.check_compatible(meta["config"], to_dict(self.cfg), RESUME_CRITICAL, defaults=to_dict(TrainConfig()))
         newer = [s for s in self.ckpt.steps() if s > step]
         if rollback_to is not None and newer:
             ckpt_lib.archive_branch(self.out_dir, step, newer)
@@ -437,7 +521,7 @@ class Trainer:
         weights = self.reward_weights.at(step)
         coef, temperature = self.entropy_ctl.value(step), self.temp_ctl.value()
         t0 = time.perf_counter()
-        params = sharding.on_mesh(self.state.params, self.rollout_mesh)  # resharded once a step, if needed
+        params = sharding.on_mesh(self.policy_params(), self.rollout_mesh)  # resharded once a step, if needed
         exp, dyn_metrics = experience.collect(self.actor, params, self.next_rows, k_sample,
                                               n_prompts=cfg.prompts_per_step, weights=weights, dynamic=cfg.dynamic,
                                               advantage=cfg.advantage, temperature=temperature)
@@ -462,11 +546,13 @@ class Trainer:
         self.entropy_ctl.update(step, entropy_mean)
         self.temp_ctl.update(entropy_mean)
         if self.cfg.ref_reset_every and (step + 1) % self.cfg.ref_reset_every == 0 and self.cfg.loss.beta > 0:
-            self.state = self.state.replace(ref_params=jax.tree.map(jnp.copy, self.state.params))
+            # with LoRA the merged policy is a new array already; the plain params are donated next step: copied
+            ref = self.policy_params() if self.cfg.lora.rank else jax.tree.map(jnp.copy, self.state.params)
+            self.state = self.state.replace(ref_params=ref)
 
     def evaluate(self, rows=None) -> dict:
         """Greedy held-out evaluation of the current policy (experience.evaluate) on `rows` or the eval split."""
-        return experience.evaluate(self.actor, self.state.params, self.eval_rows if rows is None else rows)
+        return experience.evaluate(self.actor, self.policy_params(), self.eval_rows if rows is None else rows)
 
     # ------------------------------------------------------------------ the loop
     def run(self) -> dict:
@@ -482,12 +568,17 @@ class Trainer:
             if (eval_every and step % eval_every == 0) or last:
                 metrics.update(self.evaluate())
             self.logger.log(step, metrics, timings=timings, histograms=histograms)
-            self.logger.log_samples(step, [{"response": t} for t in exp.texts[: cfg.logging.samples_per_step]])
+            self.logger.log_samples(step, experience.logged_samples(exp, self.actor.dims, cfg.logging.samples_per_step))
             alarms = self.monitor.observe(step, metrics)
             paused = monitor.should_pause(alarms)
             if (ckpt_every and step % ckpt_every == 0) or last or paused:
                 self.save(metrics)
             self._report_alarms(step, alarms)
+        if cfg.checkpoint.export_hf and not paused:
+            hf_dir = os.path.join(self.out_dir, "hf")
+            info = export_lib.export_trainer(self, hf_dir)
+            if info is not None:
+                self.logger.event(self.step, "export", path=hf_dir, tokenizer=info["tokenizer"])
         self.logger.close()
         if self.logger.out_dir != self.out_dir:  # another process's scratch logs (see _open_logs)
             shutil.rmtree(self.logger.out_dir, ignore_errors=True)

@@ -108,12 +108,15 @@ def forward(
     *,
     attn_mask: jnp.ndarray | None = None,
     cache: dict | None = None,
+    dropout_key: jax.Array | None = None,
 ) -> tuple[jnp.ndarray, dict | None]:
     """Logits [B, T, V] (float32) for tokens [B, T] at RoPE positions ([B,T], [2,B,T] or [3,B,T]).
 
     attn_mask [B, T]: 1 for real tokens, 0 for padding (keys that nobody may attend to).
     Without a cache: causal self-attention over the T tokens. With a cache: the T tokens are written at
     each row's `end_index` and attend to everything written before them; the updated cache is returned.
+    dropout_key: LoRA adapter dropout in the cache-free (training) forward, layer i's key fold_in(key, i);
+    None (sampling, logprob passes) = no dropout. Params without adapters ignore it.
     """
     b, t = tokens.shape
     valid = jnp.ones((b, t), bool) if attn_mask is None else attn_mask.astype(bool)
@@ -132,8 +135,8 @@ def forward(
     new_layer_caches = []
     if cache is None:  # the training / teacher-forcing path: the only one ever differentiated
         layer = remat_layer(cfg)
-        for p in params["layers"]:
-            x = layer(p, x, cos, sin, mask)
+        for i, p in enumerate(params["layers"]):
+            x = layer(p, x, cos, sin, mask, None if dropout_key is None else jax.random.fold_in(dropout_key, i))
     else:  # prefill / decode (the sampler): never differentiated, so never checkpointed
         for p, kv in zip(params["layers"], layer_caches):
             x, kv = layers.attention_block(cfg, p, x, cos, sin, mask, kv, write_index)
@@ -145,11 +148,12 @@ def forward(
     return logits, {"layers": new_layer_caches, "end_index": write_index + t, "mask": key_mask}
 
 
-def decoder_layer(cfg: ModelConfig, p: dict, x_BxTxD, cos, sin, mask_BxTxT) -> jnp.ndarray:
+def decoder_layer(cfg: ModelConfig, p: dict, x_BxTxD, cos, sin, mask_BxTxT, dropout_key=None) -> jnp.ndarray:
     """One decoder block without a KV cache (attention then MLP, both pre-norm with residual): the unit
-    that `remat_layer` checkpoints."""
-    x, _ = layers.attention_block(cfg, p, x_BxTxD, cos, sin, mask_BxTxT)
-    return layers.mlp_block(cfg, p, x)
+    that `remat_layer` checkpoints. dropout_key: the layer's LoRA dropout key (each target folds in its own
+    index, `models.lora.delta`)."""
+    x, _ = layers.attention_block(cfg, p, x_BxTxD, cos, sin, mask_BxTxT, dropout_key=dropout_key)
+    return layers.mlp_block(cfg, p, x, dropout_key=dropout_key)
 
 
 def remat_policy(mode: str):
@@ -171,12 +175,12 @@ def remat_policy(mode: str):
 
 
 def remat_layer(cfg: ModelConfig):
-    """`layer(p, x, cos, sin, mask) -> x`: `decoder_layer` as is (cfg.remat == "none") or wrapped in
-    `jax.checkpoint` with `remat_policy(cfg.remat)`. The checkpoint only changes what the backward pass
+    """`layer(p, x, cos, sin, mask, dropout_key=None) -> x`: `decoder_layer` as is (cfg.remat == "none")
+    or wrapped in `jax.checkpoint` with `remat_policy(cfg.remat)`. The checkpoint only changes what the backward pass
     keeps versus recomputes; values and gradients are the same. prevent_cse stays True (the default), as
     JAX recommends for checkpoints outside a `lax.scan` (our layers are a Python loop)."""
-    def layer(p, x, cos, sin, mask):
-        return decoder_layer(cfg, p, x, cos, sin, mask)
+    def layer(p, x, cos, sin, mask, dropout_key=None):
+        return decoder_layer(cfg, p, x, cos, sin, mask, dropout_key)
 
     if cfg.remat == "none":
         return layer

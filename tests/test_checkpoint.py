@@ -317,3 +317,45 @@ def test_relative_directory_works(tmp_path, monkeypatch):
     ck.save(1, {"a": jnp.arange(3.0)}, meta={"k": 1})
     assert ck.steps() == [1] and (tmp_path / "runs" / "x" / "checkpoints" / "1").is_dir()
     ck.close()
+
+
+def test_a_state_field_newer_than_the_checkpoint_restores_when_it_holds_no_leaves(tmp_path):
+    # A checkpoint written before TrainState gained `base` (LoRA): its tree is (step, params, opt_state,
+    # ref_params = {}), the new target's has base = {} too. The leaves agree, so the restore fills the
+    # old fields and keeps the empty new one; a target with a leaf the checkpoint lacks stays an error.
+    import flax.struct
+
+    @flax.struct.dataclass
+    class Old:
+        step: jax.Array
+        params: dict
+        ref_params: dict
+
+    @flax.struct.dataclass
+    class New:
+        step: jax.Array
+        params: dict
+        ref_params: dict
+        base: dict
+
+    old = Old(step=jnp.int32(3), params=_small_state(0), ref_params={})
+    with Checkpointer(str(tmp_path)) as ckpt:
+        ckpt.save(3, old, meta={"config": {}})
+    target = New(step=jnp.int32(0), params=_abstract(old.params), ref_params={}, base={})
+    with Checkpointer(str(tmp_path)) as ckpt:
+        state, _, step = ckpt.restore(target)
+    assert step == 3 and isinstance(state, New) and state.base == {} and state.ref_params == {}
+    _assert_bitwise_equal(state.params, old.params)
+    assert int(state.step) == 3
+    with Checkpointer(str(tmp_path)) as ckpt, pytest.raises(CheckpointError, match=r"base.*not in the checkpoint"):
+        ckpt.restore(target.replace(base={"w": jax.ShapeDtypeStruct((2,), jnp.float32)}))
+
+
+def test_resume_check_takes_defaults_for_keys_the_saved_config_lacks():
+    saved = {"model": {"d_model": 64}}  # written before `lora` existed
+    now = {"model": {"d_model": 64}, "lora": {"rank": 0}}
+    check_compatible(saved, now, ["model.d_model", "lora.rank"], defaults={"lora": {"rank": 0}})
+    with pytest.raises(CheckpointError, match=r"lora\.rank: checkpoint 0, now 4"):
+        check_compatible(saved, {**now, "lora": {"rank": 4}}, ["lora.rank"], defaults={"lora": {"rank": 0}})
+    with pytest.raises(CheckpointError, match=r"lora\.rank: checkpoint <missing>"):
+        check_compatible(saved, now, ["lora.rank"])  # without defaults a missing key is still a difference

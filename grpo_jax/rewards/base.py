@@ -79,6 +79,12 @@ def reward(name: str, version: str, *, lo: float = 0.0, hi: float = 1.0) -> Call
     Why a decorator: every reward needs the same three guarantees (bounded score, timing in info, no
     exception escaping on strange responses) and writing them once keeps each reward a plain function.
     `RewardInputError` (bad sample/kwargs) still propagates: those must stop the run with a clear message.
+
+    `version` (a string, "1", "2", ...) names the scoring behaviour: bump it in the same change as anything
+    that alters the score of some (response, sample, kwargs), and re-record the regression set
+    (`python -m grpo_jax.rewards.regress --record`, which refuses a changed score under an unchanged
+    version). Changes that keep every score (speed, info fields, messages) keep the version. Each run's
+    `manifest.json` records the versions that scored it, and `RewardSpec(version=...)` can pin one.
     """
 
     def wrap(fn: RewardFn) -> RewardFn:

@@ -109,6 +109,13 @@ def dimension_names(specs: Sequence[RewardSpec]) -> list[str]:
     return names
 
 
+def describe(specs: Sequence[RewardSpec]) -> list[dict[str, Any]]:
+    """What scored a run, one JSON-able record per dimension in column order of R: the dimension, the
+    reward and the version it runs now (not the pin, which may be unset), its weight and kwargs."""
+    return [{"dimension": s.dimension, "name": s.name, "version": reward_version(s.name), "weight": s.weight,
+             "kwargs": dict(s.kwargs)} for s in specs]
+
+
 def weights(specs: Sequence[RewardSpec]) -> np.ndarray:
     """Weights w[K] (float32) aligned with the columns of R."""
     return np.asarray([s.weight for s in specs], dtype=np.float32)

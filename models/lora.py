@@ -1,0 +1,124 @@
+"""LoRA adapters on the fused projections (Hu et al. 2021, with PEFT's `LoraConfig` semantics).
+
+A target projection y = x W gains y += scale * (dropout(x) A) B, scale = alpha / r, with A [in, r] drawn as
+PEFT's default (kaiming-uniform with a = sqrt(5), i.e. U(-1/sqrt(in), 1/sqrt(in)), nn.Linear's init) and
+B [r, out] = 0, so a fresh adapter leaves the model exactly as it was. Dropout (PEFT lora_dropout) acts on
+the adapter's input only, and only when a key is given (the training forward).
+
+Targets and where their columns live in the fused per-layer params (`models.layers`):
+    q, k, v   -> qkv columns [0, q_dim), [q_dim, q_dim + kv_dim), [q_dim + kv_dim, q_dim + 2 kv_dim)
+    o         -> o [N*H, D]
+    gate, up  -> gate_up columns [0, F), [F, 2F)
+    down      -> down [F, D]
+
+Adapters are a plain pytree, kept in float32 whatever the base's dtype (as PEFT's autocast_adapter_dtype):
+    {"layers": [{target: {"a": [in, r], "b": [r, out]}, ...}, ...]}
+`attach(base, adapters)` hangs them on the base for the forward (`models.layers` adds the low-rank term;
+no copy of the base); `merge(cfg, base, adapters, scale)` returns plain params W + scale * A B, which
+decode at no extra cost and are what a transformers export writes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+
+from models.config import ModelConfig
+from models.keys import as_typed_key
+
+TARGETS = ("q", "k", "v", "o", "gate", "up", "down")  # = grpo_jax.config.LORA_TARGETS (a test keeps them equal)
+ADAPTER_DTYPE = jnp.float32
+
+
+@dataclasses.dataclass(frozen=True)
+class Attached:
+    """A layer's adapters as the forward sees them (`attach`): the weights are pytree leaves, scale and
+    dropout are static (so `jax.checkpoint` and jit treat them as constants)."""
+
+    weights: dict  # {target: {"a": [in, r], "b": [r, out]}}
+    scale: float  # alpha / r
+    dropout: float  # rate on the adapter's input, applied only when the forward gets a dropout key
+
+
+jax.tree_util.register_dataclass(Attached, data_fields=["weights"], meta_fields=["scale", "dropout"])
+
+
+def target_shapes(cfg: ModelConfig) -> dict[str, tuple[int, int]]:
+    """(in, out) of each target projection."""
+    d, f = cfg.d_model, cfg.mlp_dim
+    return {"q": (d, cfg.q_dim), "k": (d, cfg.kv_dim), "v": (d, cfg.kv_dim), "o": (cfg.q_dim, d),
+            "gate": (d, f), "up": (d, f), "down": (f, d)}
+
+
+def target_slot(cfg: ModelConfig, target: str) -> tuple[str, int]:
+    """(fused parameter name, first column) where a target's output columns live."""
+    q, kv, f = cfg.q_dim, cfg.kv_dim, cfg.mlp_dim
+    return {"q": ("qkv", 0), "k": ("qkv", q), "v": ("qkv", q + kv), "o": ("o", 0),
+            "gate": ("gate_up", 0), "up": ("gate_up", f), "down": ("down", 0)}[target]
+
+
+def check_targets(targets) -> tuple[str, ...]:
+    unknown = [t for t in targets if t not in TARGETS]
+    if unknown or not targets or len(set(targets)) != len(targets):
+        raise ValueError(f"LoRA targets must be distinct names among {TARGETS}, got {tuple(targets)!r}")
+    return tuple(targets)
+
+
+def init_adapters(cfg: ModelConfig, rank: int, targets, key: jax.Array) -> dict:
+    """Fresh adapters: A ~ U(-1/sqrt(in), 1/sqrt(in)) (PEFT's default), B = 0, per layer and target; the
+    A of (layer i, target j) comes from fold_in(fold_in(key, i), j)."""
+    if not (isinstance(rank, int) and rank > 0):
+        raise ValueError(f"LoRA rank must be an int > 0, got {rank!r}")
+    targets, key, shapes = check_targets(targets), as_typed_key(key), target_shapes(cfg)
+
+    def adapter(k, target):
+        fan_in, fan_out = shapes[target]
+        bound = fan_in ** -0.5
+        return {"a": jax.random.uniform(k, (fan_in, rank), ADAPTER_DTYPE, -bound, bound),
+                "b": jnp.zeros((rank, fan_out), ADAPTER_DTYPE)}
+
+    return {"layers": [{t: adapter(jax.random.fold_in(jax.random.fold_in(key, i), TARGETS.index(t)), t)
+                        for t in targets} for i in range(cfg.n_layers)]}
+
+
+def attach(base: dict, adapters: dict, *, scale: float, dropout: float = 0.0) -> dict:
+    """The base params with each layer's adapters under "lora" (an `Attached`): what `models.forward`
+    runs as base + adapters. A restructuring only: the base arrays are shared, not copied."""
+    if len(adapters["layers"]) != len(base["layers"]):
+        raise ValueError(f"attach: {len(adapters['layers'])} adapter layers for {len(base['layers'])} base layers")
+    pairs = zip(base["layers"], adapters["layers"])
+    return {**base, "layers": [{**p, "lora": Attached(ad, float(scale), float(dropout))} for p, ad in pairs]}
+
+
+def delta(lora: Attached, target: str, x: jnp.ndarray, dtype, key: jax.Array | None) -> jnp.ndarray | None:
+    """scale * (dropout(x) A) B for one target of a layer ([..., out]), or None when it has no adapter.
+    Dropout only with a key and a rate > 0, its key fold_in(key, target index)."""
+    w = lora.weights.get(target)
+    if w is None:
+        return None
+    if key is not None and lora.dropout > 0:
+        keep = jax.random.bernoulli(jax.random.fold_in(key, TARGETS.index(target)), 1.0 - lora.dropout, x.shape)
+        x = jnp.where(keep, x / (1.0 - lora.dropout), 0.0).astype(x.dtype)
+    xa = jnp.einsum("...d,dr->...r", x.astype(dtype), w["a"].astype(dtype))
+    return lora.scale * jnp.einsum("...r,rf->...f", xa, w["b"].astype(dtype))
+
+
+def merge(cfg: ModelConfig, base: dict, adapters: dict, scale: float) -> dict:
+    """Plain params (the base's structure and dtypes) with W + scale * A B added into each target's
+    columns, computed in float32. The base is not modified."""
+    layers = []
+    for p, ad in zip(base["layers"], adapters["layers"]):
+        p = dict(p)
+        for target, w in ad.items():
+            name, start = target_slot(cfg, target)
+            update = scale * (w["a"].astype(jnp.float32) @ w["b"].astype(jnp.float32))
+            cols = p[name][:, start : start + update.shape[1]].astype(jnp.float32) + update
+            p[name] = jax.lax.dynamic_update_slice_in_dim(p[name], cols.astype(p[name].dtype), start, axis=1)
+        layers.append(p)
+    return {**base, "layers": layers}
+
+
+def num_params(adapters: dict) -> int:
+    return sum(x.size for x in jax.tree.leaves(adapters))
