@@ -36,6 +36,11 @@ POLICY_LOSSES = ("ppo", "vanilla", "gspo", "gspo_token", "clip_cov", "kl_cov", "
                  "dppo_kl")
 AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
 KL_ESTIMATORS = ("k1", "k2", "k3")
+# Row formats of data files (= "auto" + grpo_jax.tasks.adapters.FORMATS, which a test keeps equal), chat modes
+# (= grpo_jax.tasks.chat.CHAT_MODES) and prompt-cleaning actions (= grpo_jax.rewards.sanitize.ACTIONS + "off").
+ROW_FORMATS = ("auto", "humaneval", "mbpp", "mcq", "gsm8k", "math", "translation", "prompt_answer")
+CHAT_MODES = ("auto", "always", "never")
+SANITIZE_ACTIONS = ("strip", "drop", "flag", "off")
 
 # Clip ranges used when eps_low / eps_high are left as None.
 _PPO_EPS = (0.2, 0.2)  # PPO / GRPO / verl clip_ratio default
@@ -470,8 +475,19 @@ class TaskConfig:
     n_eval: int = 500  # held-out rows (the task's "heldout" split, never trained on)
     pass_rate_lo: float = 0.0  # keep training rows with pass_rate in [lo, hi] (rows need "pass_rate",
     pass_rate_hi: float = 1.0  # written by `python -m grpo_jax.difficulty`); [0, 1] = no filter
+    format: str = "auto"  # the files' row format (ROW_FORMATS: gsm8k, math, mbpp, ...); auto = from the columns
+    chat: str = "auto"  # rows rendered with the tokenizer's chat template: auto (messages rows, or all rows
+    #                     when system_prompt is set) | always | never (grpo_jax/tasks/chat.py)
+    system_prompt: str = ""  # the system turn of every rendered chat (a row's own system turn wins)
+    sanitize: str = "strip"  # prompt-injection cleaning of rows read from files (grpo_jax/rewards/sanitize.py):
+    #                          strip | drop | flag (count only) | off; held-out rows are only counted, never changed
 
     def __post_init__(self):
+        for name, allowed in (("format", ROW_FORMATS), ("chat", CHAT_MODES), ("sanitize", SANITIZE_ACTIONS)):
+            if getattr(self, name) not in allowed:
+                _fail("TaskConfig", name, f"must be one of {', '.join(allowed)}, got {getattr(self, name)!r}")
+        if not isinstance(self.system_prompt, str):
+            _fail("TaskConfig", "system_prompt", f"must be a string, got {type(self.system_prompt).__name__}")
         if self.n_train < 1 or self.n_eval < 0:
             _fail("TaskConfig", "n_train", f"need n_train >= 1 and n_eval >= 0, got {self.n_train}, {self.n_eval}")
         if not 0.0 <= self.pass_rate_lo <= self.pass_rate_hi <= 1.0:
@@ -732,7 +748,8 @@ class TrainConfig:
 RESUME_CRITICAL = (
     "model.preset", "model.hf_path", "model.d_model", "model.n_layers", "model.n_heads", "model.n_kv_heads",
     "model.head_dim", "model.mlp_dim", "model.param_dtype", "sampling.group_size", "advantage.estimator",
-    "task.name", "task.options", "prompts_per_step", "lora.rank", "lora.alpha", "lora.targets",
+    "task.name", "task.options", "task.format", "task.chat", "task.system_prompt", "prompts_per_step",
+    "lora.rank", "lora.alpha", "lora.targets",
 )
 
 

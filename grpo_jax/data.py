@@ -16,8 +16,11 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from grpo_jax import tasks as tasks_lib
 from grpo_jax.config import TaskConfig
 from grpo_jax.fileio import atomic_write
+from grpo_jax.rewards.sanitize import SANITIZE_VERSION, Finding, sanitize_prompt
+from grpo_jax.tasks import adapters, chat
 from grpo_jax.tokenizer import Tokenizer, pad_rows
 
 Row = dict[str, Any]
@@ -57,13 +60,10 @@ def check_row(row: Any, required: Sequence[str]) -> str | None:
     return None
 
 
-def load_jsonl(path: str | Path, *, required: Sequence[str] = ("prompt",)) -> list[Row]:
-    """All rows of a JSONL file, validated one by one; blank lines are skipped.
-
-    The first bad row raises `DataError("FILE:LINE: ...")`, so a broken dataset fails before training
-    starts rather than mid-run on the batch that happens to contain it.
-    """
-    rows = []
+def read_jsonl(path: str | Path) -> list[tuple[int, Any]]:
+    """(line number, parsed JSON value) of each non-blank line of a JSONL file; a line that is not UTF-8
+    JSON raises `DataError("FILE:LINE: ...")`."""
+    lines = []
     with open(path, "rb") as f:
         for lineno, raw in enumerate(f, start=1):
             try:
@@ -74,13 +74,24 @@ def load_jsonl(path: str | Path, *, required: Sequence[str] = ("prompt",)) -> li
             if not line.strip():
                 continue
             try:
-                row = json.loads(line)
+                lines.append((lineno, json.loads(line)))
             except json.JSONDecodeError as e:
                 raise DataError(f"{path}:{lineno}: invalid JSON ({e.msg} at column {e.colno})") from None
-            problem = check_row(row, required)
-            if problem:
-                raise DataError(f"{path}:{lineno}: {problem}")
-            rows.append(row)
+    return lines
+
+
+def load_jsonl(path: str | Path, *, required: Sequence[str] = ("prompt",)) -> list[Row]:
+    """All rows of a JSONL file, validated one by one; blank lines are skipped.
+
+    The first bad row raises `DataError("FILE:LINE: ...")`, so a broken dataset fails before training
+    starts rather than mid-run on the batch that happens to contain it.
+    """
+    rows = []
+    for lineno, row in read_jsonl(path):
+        problem = check_row(row, required)
+        if problem:
+            raise DataError(f"{path}:{lineno}: {problem}")
+        rows.append(row)
     return rows
 
 
@@ -232,33 +243,178 @@ def filter_by_pass_rate(rows: Sequence[Row], lo: float, hi: float) -> tuple[list
     return kept, report
 
 
+# ------------------------------------------------------------------------- a task's rows from files
+
 def _no_rows(path: str, setting: str, task, hint: str = "") -> DataError:
     return DataError(f"{path}: no rows (the file is empty or blank); {setting} must name a JSONL file with one "
                      f"JSON object per line, fields {list(task.required_fields)}{hint}")
 
 
-def load_task_data(task, cfg: TaskConfig, seed: int) -> tuple[list[Row], list[Row], dict[str, Any]]:
-    """(training rows, held-out rows, data report) of a run: JSONL files when the config names them, else
-    rows the task generates; the training rows pass the pass-rate band filter when one is set."""
+def sanitize_row(row: Row, action: str) -> tuple[Row | None, list[Finding]]:
+    """`row` with its prompt (or every turn of its conversation) cleaned of reward-channel injection
+    (rewards.sanitize), or None when `action` drops it; and what was found. "flag" changes nothing."""
+    if action == "off":
+        return row, []
+    if "messages" in row:
+        turns, found = [], []
+        for turn in row["messages"]:
+            result = sanitize_prompt(turn["content"], action=action)
+            found += result.findings
+            if result.dropped:
+                return None, found
+            turns.append({**turn, "content": result.text})
+        return (row if action == "flag" or not found else {**row, "messages": turns}), found
+    result = sanitize_prompt(row["prompt"], action=action)
+    if result.dropped:
+        return None, list(result.findings)
+    return (row if action == "flag" or not result.findings else {**row, "prompt": result.text}), list(result.findings)
+
+
+@dataclass
+class CleaningReport:
+    """What prompt cleaning did to one file: rows changed and dropped, findings per kind, a few examples."""
+
+    action: str
+    changed: int = 0
+    dropped: int = 0
+    kinds: dict[str, int] = field(default_factory=dict)
+    examples: list[dict[str, Any]] = field(default_factory=list)
+    max_examples: int = 3
+
+    def add(self, where: str, before: Row, after: Row | None, findings: Sequence[Finding]) -> None:
+        if not findings:
+            return
+        self.dropped += after is None
+        self.changed += after is not None and after is not before
+        for f in findings:
+            self.kinds[f.kind] = self.kinds.get(f.kind, 0) + 1
+        if len(self.examples) < self.max_examples:
+            shown = before.get("prompt", before.get("messages"))
+            self.examples.append({"row": where, "kinds": sorted({f.kind for f in findings}),
+                                  "found": [f.text[:120] for f in findings], "prompt": str(shown)[:300],
+                                  "outcome": "dropped" if after is None else "kept" if after is before else "cleaned"})
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"action": self.action, "version": SANITIZE_VERSION, "rows_changed": self.changed,
+                "rows_dropped": self.dropped, "findings": dict(sorted(self.kinds.items())), "examples": self.examples}
+
+
+def _file_format(path: str, first: tuple[int, Any], cfg: TaskConfig, task) -> str:
+    """The row format of a file: task.format, or detected from the columns of its first row."""
+    formats = tasks_lib.row_formats(task)
+    if cfg.format != "auto":
+        if cfg.format not in formats:
+            raise DataError(f"task.format={cfg.format!r}: task {task.name!r} reads rows of the formats "
+                            f"{', '.join(formats)}" + ("; task.name=jsonl reads every format"
+                                                       if cfg.format in adapters.FORMATS else ""))
+        return cfg.format
+    lineno, row = first
+    try:
+        return adapters.detect_format(row, among=formats)
+    except adapters.RowError as e:
+        raise DataError(f"{path}:{lineno}: {e}") from None
+
+
+def render_chats(rows: Sequence[Row], cfg: TaskConfig, tokenizer: Tokenizer | None, where: Sequence[str]) -> list[Row]:
+    """The rows with each conversation (tasks.chat: `messages` rows, or every row when task.chat / task.
+    system_prompt asks) rendered into `prompt` by the tokenizer's chat template; `where[i]` names row i."""
+    out = []
+    for row, place in zip(rows, where, strict=True):
+        try:
+            turns = chat.conversation(row, system_prompt=cfg.system_prompt, mode=cfg.chat)
+            if turns is not None:
+                if tokenizer is None:
+                    raise ValueError("rendering a chat needs the task's tokenizer (load_task_data(tokenizer=...))")
+                row = chat.render(row, turns, tokenizer)
+        except ValueError as e:
+            raise DataError(f"{place}: {e}") from None
+        out.append(row)
+    return out
+
+
+def prepare_file(path: str, setting: str, task, cfg: TaskConfig, tokenizer: Tokenizer | None, *,
+                 action: str) -> tuple[list[tuple[Row, Row | None]], dict[str, Any]]:
+    """Each row of one data file as (the row as written, the row ready for the task or None when cleaning
+    dropped it), and a report (format, cleaning). A ready row is adapted from the file's format
+    (tasks.adapters), checked for the fields the task's reward reads, cleaned of prompt injection
+    (`action`), and rendered with the chat template where task.chat says. Errors name the file and line."""
+    lines = read_jsonl(path)
+    if not lines:
+        raise _no_rows(path, setting, task, " (or set task.n_eval=0 to evaluate nothing)" if "eval" in setting else "")
+    fmt = _file_format(path, lines[0], cfg, task)
+    required = tasks_lib.bind_format(task, fmt).required_fields
+    cleaning = CleaningReport(action)
+    pairs: list[tuple[Row, Row | None]] = []
+    kept, where = [], []
+    for lineno, raw in lines:
+        place = f"{path}:{lineno}"
+        try:
+            row = adapters.adapt_row(raw, fmt)
+        except adapters.RowError as e:
+            raise DataError(f"{place}: {e}") from None
+        problem = check_row(row, [f for f in required if not (f == "prompt" and "messages" in row)])
+        if problem:
+            raise DataError(f"{place}: {problem} (format {fmt})")
+        cleaned, findings = sanitize_row(row, action)
+        cleaning.add(place, row, cleaned, findings)
+        pairs.append((raw, cleaned))
+        if cleaned is not None:
+            kept.append(len(pairs) - 1)
+            where.append(place)
+    if not kept:
+        raise DataError(f"{path}: task.sanitize={action} dropped every row ({cleaning.to_dict()['findings']})")
+    rendered = render_chats([pairs[i][1] for i in kept], cfg, tokenizer, where)  # type: ignore[misc]
+    for i, row in zip(kept, rendered):
+        pairs[i] = (pairs[i][0], row)
+    return pairs, {"format": fmt, "sanitize": cleaning.to_dict()}
+
+
+def load_file(path: str, setting: str, task, cfg: TaskConfig, tokenizer: Tokenizer | None, *,
+              action: str) -> tuple[list[Row], dict[str, Any]]:
+    """The rows of one data file ready for the task (`prepare_file`, dropped rows left out), and its report."""
+    pairs, info = prepare_file(path, setting, task, cfg, tokenizer, action=action)
+    return [row for _, row in pairs if row is not None], info
+
+
+def load_task_data(task, cfg: TaskConfig, seed: int, tokenizer: Tokenizer | None = None,
+                   ) -> tuple[list[Row], list[Row], dict[str, Any]]:
+    """(training rows, held-out rows, data report) of a run: JSONL files when the config names them (see
+    `load_file`), else rows the task generates; the training rows pass the pass-rate band filter when one is
+    set. The report's "format" (of the training file) is what `tasks.bind_format` gives a file task.
+    Held-out rows are never cleaned, only counted (a benchmark is not rewritten), under "eval_sanitize"."""
+    report: dict[str, Any] = {}
     if cfg.train_path:
-        rows = load_jsonl(cfg.train_path, required=task.required_fields)
-        if not rows:
-            raise _no_rows(cfg.train_path, "task.train_path", task)
+        rows, info = load_file(cfg.train_path, "task.train_path", task, cfg, tokenizer, action=cfg.sanitize)
+        report.update(format=info["format"], sanitize=info["sanitize"])
     else:
         rows = task.generate("train", cfg.n_train, seed)
-    report: dict[str, Any] = {"rows": len(rows), "strata": strata_summary(rows)}
+        rows = render_chats(rows, cfg, tokenizer, [f"generated train row {i}" for i in range(len(rows))])
+    report.update(rows=len(rows), strata=strata_summary(rows))
     if (cfg.pass_rate_lo, cfg.pass_rate_hi) != (0.0, 1.0):
         rows, band = filter_by_pass_rate(rows, cfg.pass_rate_lo, cfg.pass_rate_hi)
         report.update(pass_rate_filter=band, pass_rate_strata=strata_summary(rows, "pass_rate"))
         if not rows:
             raise ValueError(f"task.pass_rate_lo/hi = [{cfg.pass_rate_lo}, {cfg.pass_rate_hi}] keeps no training "
                              f"row ({band})")
-    if cfg.eval_path:
-        eval_rows = load_jsonl(cfg.eval_path, required=task.required_fields)[: cfg.n_eval]
-        if not eval_rows and cfg.n_eval:
-            raise _no_rows(cfg.eval_path, "task.eval_path", task, " (or set task.n_eval=0 to evaluate nothing)")
+    if cfg.eval_path and cfg.n_eval:
+        eval_rows, info = load_file(cfg.eval_path, "task.eval_path", task, cfg, tokenizer,
+                                    action="flag" if cfg.sanitize != "off" else "off")
+        eval_rows = eval_rows[: cfg.n_eval]
+        report.update(eval_format=info["format"], eval_sanitize=info["sanitize"])
+        family = adapters.FORMATS[info["format"]].family
+        if "format" in report and family != adapters.FORMATS[report["format"]].family:
+            raise DataError(f"{cfg.eval_path}: rows of format {info['format']} ({family} reward) cannot evaluate a "
+                            f"run trained on {report['format']} rows ({adapters.FORMATS[report['format']].family} "
+                            "reward); set task.format or use held-out rows of the same kind")
+    elif cfg.eval_path:
+        eval_rows = []
     else:
         eval_rows = task.generate("heldout", cfg.n_eval, seed) if cfg.n_eval else []
+        eval_rows = render_chats(eval_rows, cfg, tokenizer, [f"generated held-out row {i}" for i in
+                                                             range(len(eval_rows))])
+    if any("messages" in r for r in (*rows[:1], *eval_rows[:1])) or cfg.system_prompt or cfg.chat == "always":
+        report["chat"] = {"mode": cfg.chat, "system_prompt": cfg.system_prompt,
+                          "rendered_train_rows": sum("messages" in r for r in rows)}
     return rows, eval_rows, report
 
 

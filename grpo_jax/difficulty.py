@@ -73,17 +73,23 @@ def main(argv=None) -> dict:
         with open(os.path.join(args.run, "config.json")) as f:
             cfg = from_dict(TrainConfig, json.load(f))
     cfg = override(cfg, args.overrides + ["logging.progress=false", "logging.tensorboard=false"])
-    rows = data_lib.load_jsonl(args.data)
     with tempfile.TemporaryDirectory() as scratch:  # the trainer's own logs: never touch the run directory
         trainer = Trainer(cfg, scratch, quiet=True)
+        # the rows as training reads them (format adapted, cleaned, chat-rendered); written back as they were
+        pairs, _ = data_lib.prepare_file(args.data, "--data", trainer.task, cfg.task, trainer.actor.tokenizer,
+                                         action=cfg.task.sanitize)
+        ready = [row for _, row in pairs if row is not None]
         step = load_policy(trainer, args.run, args.step) if args.run else None
-        rates = estimate_pass_rates(trainer.actor, trainer.policy_params(), rows, k=args.k,
-                                    temperature=cfg.sampling.temperature, seed=args.seed)
+        rates = iter(estimate_pass_rates(trainer.actor, trainer.policy_params(), ready, k=args.k,
+                                         temperature=cfg.sampling.temperature, seed=args.seed))
         trainer.logger.close()
     out = args.out or default_output(args.data)
-    data_lib.write_jsonl(out, [dict(r, pass_rate=float(p)) for r, p in zip(rows, rates)])
+    # a row the cleaning drops gets no pass rate (training drops it again before the band filter)
+    written = [raw if row is None else dict(raw, pass_rate=float(next(rates))) for raw, row in pairs]
+    data_lib.write_jsonl(out, written)
+    rows = [r for r in written if "pass_rate" in r]
     summary = {"rows": len(rows), "k": args.k, "checkpoint_step": step, "out": out,
-               "strata": data_lib.strata_summary([{"pass_rate": float(p)} for p in rates], "pass_rate")}
+               "strata": data_lib.strata_summary(rows, "pass_rate")}
     print(summary)
     return summary
 

@@ -8,6 +8,11 @@ vocabulary file, so a model trained on one machine decodes the same on another.
 
 Neither tokenizer raises on model output: unknown characters encode to `unk_id`, and any id (negative,
 out of range) decodes to something printable or is dropped.
+
+Chat templates: `render_chat(messages)` is the prompt text of a conversation with the assistant's turn
+opened, exactly transformers' `apply_chat_template(messages, tokenize=False, add_generation_prompt=True)`
+(the HF adapter calls it). The text keeps the template's control tokens (`<|im_start|>` ...), and
+`encode` maps them to their ids, so encoding the rendered text gives the ids `apply_chat_template` would.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ import json
 import re
 import string
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -41,7 +46,13 @@ class Tokenizer(abc.ABC):
 
     @abc.abstractmethod
     def decode(self, ids: Sequence[int], *, stop_at_eos: bool = True, skip_special: bool = False) -> str:
-        """Text of `ids`, cut before the first EOS when `stop_at_eos`; never raises."""
+        """Text of `ids`, cut before the first EOS when `stop_at_eos`; never raises. `skip_special` drops
+        control tokens (CharTokenizer keeps them by default, HFTokenizer drops them: see there)."""
+
+    def render_chat(self, messages: Sequence[Mapping[str, str]]) -> str:
+        """The prompt text of a conversation ([{"role", "content"}, ...]) ending in an open assistant turn."""
+        raise ValueError(f"{type(self).__name__} has no chat template: 'messages' rows and task.system_prompt "
+                         "need a Hugging Face tokenizer that has one")
 
     def _bos(self, add_bos: bool) -> list[int]:
         if not add_bos:
@@ -142,6 +153,14 @@ class HFTokenizer(Tokenizer):
 
     pad falls back to EOS when the tokenizer defines none (common for decoder-only checkpoints); the
     padding is masked out everywhere, so the choice only has to be a valid id.
+
+    The chat template is the folder's: `tokenizer_config.json`'s "chat_template" or a `chat_template.jinja`
+    beside it (transformers reads both; the file is read here too in case the installed version does not).
+
+    `decode` drops control tokens by default (`skip_special=True`): the tokenizer's special added tokens
+    (BOS/EOS/pad and the template's markers such as `<|im_start|>`, `<|im_end|>`), so a completion is scored
+    on the text the model wrote, not on the chat markup. The think/answer tags (`TAGS`) are kept even
+    where a tokenizer registers them as special: the rewards read them.
     """
 
     def __init__(self, path: str | Path):
@@ -152,6 +171,7 @@ class HFTokenizer(Tokenizer):
             )
         from transformers import AutoTokenizer  # deferred: transformers costs seconds; char tasks never need it
 
+        self.folder = folder
         self.hf = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
         if self.hf.eos_token_id is None:
             raise ValueError(f"tokenizer in {folder} defines no EOS token; generation could never stop")
@@ -159,20 +179,37 @@ class HFTokenizer(Tokenizer):
         self.pad_id = int(self.hf.pad_token_id) if self.hf.pad_token_id is not None else self.eos_id
         self.bos_id = None if self.hf.bos_token_id is None else int(self.hf.bos_token_id)
         self.vocab_size = len(self.hf)
+        if not getattr(self.hf, "chat_template", None) and (folder / "chat_template.jinja").is_file():
+            self.hf.chat_template = (folder / "chat_template.jinja").read_text(encoding="utf-8")
+        specials = {i for i, t in self.hf.added_tokens_decoder.items() if t.special and t.content not in TAGS}
+        specials |= {i for i in (self.bos_id, self.eos_id, self.pad_id) if i is not None}
+        self.control_ids = frozenset(int(i) for i in specials)
+
+    @property
+    def chat_template(self) -> str | None:
+        """The Jinja chat template, or None when the folder has none."""
+        return getattr(self.hf, "chat_template", None) or None
+
+    def render_chat(self, messages: Sequence[Mapping[str, str]]) -> str:
+        if not self.chat_template:
+            raise ValueError(f"the tokenizer in {self.folder} has no chat template (neither a 'chat_template' in "
+                             "tokenizer_config.json nor a chat_template.jinja file): 'messages' rows and "
+                             "task.system_prompt need one; use plain 'prompt' rows with task.chat=never")
+        return self.hf.apply_chat_template([dict(m) for m in messages], tokenize=False, add_generation_prompt=True)
 
     def encode(self, text: str, *, add_bos: bool = False) -> list[int]:
         return self._bos(add_bos) + list(self.hf.encode(text, add_special_tokens=False))
 
-    def decode(self, ids: Sequence[int], *, stop_at_eos: bool = True, skip_special: bool = False) -> str:
+    def decode(self, ids: Sequence[int], *, stop_at_eos: bool = True, skip_special: bool = True) -> str:
         """Out-of-range ids are dropped: the HF decoders may raise or crash on them."""
         kept = []
         for raw in ids:
             i = int(raw)
             if stop_at_eos and i == self.eos_id:
                 break
-            if 0 <= i < self.vocab_size:
+            if 0 <= i < self.vocab_size and not (skip_special and i in self.control_ids):
                 kept.append(i)
-        return self.hf.decode(kept, skip_special_tokens=skip_special)
+        return self.hf.decode(kept, skip_special_tokens=False)
 
     def __repr__(self) -> str:
         return f"HFTokenizer(vocab_size={self.vocab_size}, name={self.hf.name_or_path!r})"

@@ -377,7 +377,9 @@ class Trainer:
         self.rollout_mesh = sharding.make_rollout_mesh(cfg.mesh) or self.mesh
         self.task = tasks_lib.get_task(cfg.task.name, **dict(cfg.task.options))
         tokenizer = self.task.tokenizer()
-        rows, self.eval_rows, self.data_report = data_lib.load_task_data(self.task, cfg.task, cfg.seed)
+        rows, self.eval_rows, self.data_report = data_lib.load_task_data(self.task, cfg.task, cfg.seed, tokenizer)
+        if "format" in self.data_report:  # a file task scores rows of the format its file was read in
+            self.task = tasks_lib.bind_format(self.task, self.data_report["format"])
         self.stream = data_lib.PromptStream(rows, cfg.prompts_per_step, cfg.seed)
         specs = reward_specs(cfg, self.task)
         self.entropy_ctl = control.EntropyCoefController(cfg.entropy)

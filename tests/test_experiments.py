@@ -175,18 +175,6 @@ def test_entropy_law_fit_recovers_known_coefficients():
     assert abs(fit["fit_a"] - 0.3) < 1e-9 and abs(fit["fit_b"] - 1.2) < 1e-9 and fit["fit_r2"] > 0.999999
 
 
-def test_hf_math_smoke_runs_from_a_local_checkpoint(tmp_path):
-    out = subprocess.run([sys.executable, "experiments/hf_math.py", "--smoke", "--quiet", "--out", str(tmp_path)],
-                         cwd=ROOT, capture_output=True, text=True, timeout=900)
-    assert out.returncode == 0, out.stderr[-3000:]
-    summary = json.loads(out.stdout.strip().splitlines()[-1])
-    assert summary["steps"] == 2 and not summary["paused"]
-    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in rows if "loss" in r] == [1, 2]
-    assert "reward/math/mean" in rows[-1] and "eval/accuracy" in rows[-1]
-    assert (tmp_path / "report.md").exists()
-
-
 def test_trl_peer_tokenizer_is_one_word_one_id():
     """The TRL baseline's prompts must be exactly as long as ours: every "tN" word is token N, including
     words that begin with a special token's text (the first version named pad/eos "t0"/"t1", and "t17"
