@@ -488,6 +488,9 @@ class TaskConfig:
                 _fail("TaskConfig", name, f"must be one of {', '.join(allowed)}, got {getattr(self, name)!r}")
         if not isinstance(self.system_prompt, str):
             _fail("TaskConfig", "system_prompt", f"must be a string, got {type(self.system_prompt).__name__}")
+        if self.system_prompt and self.chat == "never":
+            _fail("TaskConfig", "system_prompt", "is set but task.chat=never renders no chat for it to open; use "
+                                                 "task.chat=auto or always, or put the instruction in the prompts")
         if self.n_train < 1 or self.n_eval < 0:
             _fail("TaskConfig", "n_train", f"need n_train >= 1 and n_eval >= 0, got {self.n_train}, {self.n_eval}")
         if not 0.0 <= self.pass_rate_lo <= self.pass_rate_hi <= 1.0:

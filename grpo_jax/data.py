@@ -310,9 +310,15 @@ def _file_format(path: str, first: tuple[int, Any], cfg: TaskConfig, task) -> st
         return cfg.format
     lineno, row = first
     try:
-        return adapters.detect_format(row, among=formats)
+        fmt = adapters.detect_format(row)
     except adapters.RowError as e:
         raise DataError(f"{path}:{lineno}: {e}") from None
+    if fmt not in formats:  # e.g. multiple-choice rows, which also have GSM8K's question and answer columns
+        raise DataError(f"{path}:{lineno}: the rows look like {fmt} rows ({adapters.FORMATS[fmt].describe()}), "
+                        f"which task {task.name!r} does not read (it reads {', '.join(formats)})"
+                        + ("; task.name=jsonl reads every format" if task.name != "jsonl" else "")
+                        + "; or set task.format")
+    return fmt
 
 
 def render_chats(rows: Sequence[Row], cfg: TaskConfig, tokenizer: Tokenizer | None, where: Sequence[str]) -> list[Row]:
@@ -412,7 +418,7 @@ def load_task_data(task, cfg: TaskConfig, seed: int, tokenizer: Tokenizer | None
         eval_rows = task.generate("heldout", cfg.n_eval, seed) if cfg.n_eval else []
         eval_rows = render_chats(eval_rows, cfg, tokenizer, [f"generated held-out row {i}" for i in
                                                              range(len(eval_rows))])
-    if any("messages" in r for r in (*rows[:1], *eval_rows[:1])) or cfg.system_prompt or cfg.chat == "always":
+    if any("messages" in r for r in (*rows, *eval_rows)):
         report["chat"] = {"mode": cfg.chat, "system_prompt": cfg.system_prompt,
                           "rendered_train_rows": sum("messages" in r for r in rows)}
     return rows, eval_rows, report

@@ -127,9 +127,9 @@ def _study_smoke(script, tmp_path, columns, arms):
 
 def test_reward_collapse_smoke(tmp_path):
     dims = ("math", "format")
-    study = _study_smoke("reward_collapse.py", tmp_path, ["accuracy_start", "accuracy_final", "accuracy_best",
-                                                          "format_rate_final", "collapse_ratio", "distinct_adv_per_group"]
-                         + [f"adv_corr_{d}" for d in dims], arms="grpo,gdpo,hot_reload,cispo")
+    fields = ["accuracy_start", "accuracy_final", "accuracy_best", "format_rate_final", "collapse_ratio",
+              "distinct_adv_per_group"] + [f"adv_corr_{d}" for d in dims]
+    study = _study_smoke("reward_collapse.py", tmp_path, fields, arms="grpo,gdpo,hot_reload,cispo")
     assert set(study["results"]) == {"grpo", "gdpo", "hot_reload", "cispo"}  # cispo: an objective arm
     config = json.loads((tmp_path / "cispo" / "seed0" / "config.json").read_text())
     assert config["loss"]["policy_loss"] == "cispo" and config["advantage"]["estimator"] == "grpo"
@@ -140,7 +140,8 @@ def test_reward_collapse_smoke(tmp_path):
 
 
 def test_entropy_collapse_smoke(tmp_path):
-    study = _study_smoke("entropy_collapse.py", tmp_path, ["accuracy_start", "accuracy_final", "entropy_first",
+    study = _study_smoke("entropy_collapse.py", tmp_path, ["accuracy_start", "accuracy_final", "accuracy_last",
+                                                           "entropy_first",
                                                            "entropy_final", "entropy_p50_first", "entropy_p50_final",
                                                            "fit_a", "fit_b", "fit_r2", "paused_at", "rolled_back_to"],
                          arms="none,per_token_temperature,pause_rollback,tis")
@@ -161,6 +162,22 @@ def test_bf16_gap_smoke(tmp_path):
     bad = subprocess.run([sys.executable, "experiments/bf16_gap.py", "--smoke", "--out", str(tmp_path / "x"),
                           "--arms", "plain,nope"], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert bad.returncode != 0 and "unknown arm(s) nope" in bad.stderr
+
+
+def test_entropy_study_accuracy_final_is_the_mean_of_the_last_window():
+    """accuracy_final averages the evaluations after step STEPS - FINAL_WINDOW (not the step-0 one), so one
+    noisy evaluation does not decide the verdict; accuracy_last keeps the single last one."""
+    sys.path.insert(0, os.path.join(ROOT, "experiments"))
+    from entropy_collapse import EVAL_EVERY, FINAL_WINDOW, STEPS, summarize
+
+    rows = [{"step": s, "entropy/mean": 0.3, "entropy/p50": 0.1, "reward/math/mean": 0.5} for s in range(1, STEPS + 1)]
+    evals = {s: s / 1000 for s in range(0, STEPS + 1, EVAL_EVERY)}
+    rows += [{"step": s, "eval/accuracy": a} for s, a in evals.items()]
+    out = summarize(sorted(rows, key=lambda r: r["step"]))
+    window = [a for s, a in evals.items() if s > STEPS - FINAL_WINDOW]  # steps 225, 250, 275, 300 -> mean 0.2625
+    assert out["accuracy_final_evals"] == len(window) == FINAL_WINDOW // EVAL_EVERY
+    assert abs(out["accuracy_final"] - sum(window) / len(window)) < 1e-12
+    assert out["accuracy_last"] == evals[STEPS] and out["accuracy_start"] == 0.0
 
 
 def test_entropy_law_fit_recovers_known_coefficients():

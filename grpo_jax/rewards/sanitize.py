@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-SANITIZE_VERSION = "1"
+SANITIZE_VERSION = "2"  # 2: "?" ends a sentence (1 stripped the question before an injection with it)
 ACTIONS = ("strip", "drop", "flag")
 
 _OVERRIDE = re.compile(
@@ -113,7 +113,7 @@ def find_injections(prompt: str, *, tags: Iterable[str] = ("think", "answer")) -
 
 def _strip_spans(prompt: str, findings: list[Finding]) -> str:
     """Remove the sentence (or line) around each injection; tags and test output are removed as matched."""
-    stops = [m.start() for m in re.finditer(r"[.!\n]", prompt)]  # sentence/line ends, found once
+    stops = [m.start() for m in re.finditer(r"[.!?\n]", prompt)]  # sentence/line ends, found once
     spans = []
     for f in findings:
         if f.kind in _EXACT_SPAN_KINDS:
