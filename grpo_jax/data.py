@@ -1,5 +1,7 @@
-"""Prompt data: validated JSONL, a resumable deterministic batch stream, difficulty strata, pass-rate
-filtering, and tokenisation into the padded arrays the sampler and trainer take.
+"""Prompt data: JSONL files read into a task's rows (each file's format detected and adapted, prompts
+cleaned of injection, conversations rendered with the chat template: `load_task_data`), a resumable
+deterministic batch stream, difficulty strata, pass-rate filtering, and tokenisation into the padded arrays
+the sampler and trainer take.
 
 The stream is a pure function of (rows, batch size, cursor, seed): epoch e visits the rows in the order
 of `default_rng([seed, e]).permutation(n)`, and the cursor (epoch, index) is all the state there is. A
