@@ -95,8 +95,7 @@ def attention_block(cfg, p, x_BxTxD, cos, sin, mask_BxTxS, kv_cache=None, write_
     if cfg.qkv_bias:
         qkv = qkv + p["qkv_bias"].astype(dtype)
     q, k, v, gate = split_qkv(cfg, qkv)
-    if "lora" in p:
-        q, k, v = (with_lora(p, t, h, y, dtype, dropout_key) for t, y in (("q", q), ("k", k), ("v", v)))
+    q, k, v = (with_lora(p, t, h, y, dtype, dropout_key) for t, y in (("q", q), ("k", k), ("v", v)))
     if cfg.qk_norm:  # Qwen3: each head's q and k RMS-normalised over H, before the rotation
         q, k = rms_norm(q, p["q_norm"], cfg.norm_eps), rms_norm(k, p["k_norm"], cfg.norm_eps)
     q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
@@ -158,8 +157,6 @@ def mlp_block(cfg: ModelConfig, p, x_BxTxD: jnp.ndarray, dropout_key=None) -> jn
     dtype = cfg.jnp_dtype
     h = rms_norm(x_BxTxD, p["mlp_norm"], cfg.norm_eps)
     gate, up = jnp.split(dense(h, p["gate_up"], dtype), 2, axis=-1)
-    if "lora" in p:
-        gate, up = with_lora(p, "gate", h, gate, dtype, dropout_key), with_lora(p, "up", h, up, dtype, dropout_key)
-        act = jax.nn.silu(gate) * up
-        return x_BxTxD + with_lora(p, "down", act, dense(act, p["down"], dtype), dtype, dropout_key)
-    return x_BxTxD + dense(jax.nn.silu(gate) * up, p["down"], dtype)
+    gate, up = with_lora(p, "gate", h, gate, dtype, dropout_key), with_lora(p, "up", h, up, dtype, dropout_key)
+    act = jax.nn.silu(gate) * up
+    return x_BxTxD + with_lora(p, "down", act, dense(act, p["down"], dtype), dtype, dropout_key)

@@ -6,6 +6,7 @@ drops the template's control tokens but keeps the think/answer tags."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,40 +18,20 @@ from grpo_jax.tokenizer import TAGS, HFTokenizer
 
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("tokenizers")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
+from hf_math import CHATML, build_bpe_tokenizer  # noqa: E402
+from hf_math import CONTROL_TOKENS as CONTROL  # noqa: E402  (pad, turn start, turn end = EOS)
 
-# Qwen's ChatML without tools: every turn "<|im_start|>{role}\n{content}<|im_end|>\n", then the assistant's
-# turn opened when add_generation_prompt.
-CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-          "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
-CONTROL = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")  # pad, turn start, turn end (= EOS)
 TRAIN_TEXTS = [f"Tom has {a} apples and gets {b} more. How many apples does he have? system user assistant"
                for a in range(20) for b in range(15)]  # 300 short strings
 
 
-def build_chatml_tokenizer(folder, *, chat_template: str | None = CHATML, special_tags: bool = True,
-                           texts=TRAIN_TEXTS, vocab_size: int = 400) -> Path:
-    """A Qwen-style tokenizer built offline and saved to `folder` (returned) as a checkpoint's tokenizer files:
-    byte-level BPE trained with `tokenizers` on `texts`, CONTROL as special tokens (<|endoftext|> pad,
-    <|im_end|> EOS, no BOS), the think/answer tags as single added tokens (registered as *special* ones when
-    `special_tags`, as some checkpoints do), and `chat_template` (None: the folder has no template).
-    Copy it into another test to get a real chat tokenizer without the hub."""
-    import tokenizers
-    from tokenizers import decoders, models, pre_tokenizers, trainers
-
-    core = tokenizers.Tokenizer(models.BPE(unk_token="<|endoftext|>"))  # byte-level: every byte is in the vocab
-    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    core.decoder = decoders.ByteLevel()
-    core.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=list(CONTROL),
-                                                        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    tok = transformers.PreTrainedTokenizerFast(tokenizer_object=core, eos_token="<|im_end|>",
-                                               pad_token="<|endoftext|>")
-    if special_tags:
-        tok.add_special_tokens({"additional_special_tokens": list(TAGS)})
-    else:
-        tok.add_tokens(list(TAGS))
-    if chat_template is not None:
-        tok.chat_template = chat_template
-    tok.save_pretrained(str(folder))
+def build_chatml_tokenizer(folder, *, chat_template: str | None = CHATML, special_tags: bool = True) -> Path:
+    """experiments/hf_math.py's offline Qwen-style tokenizer (byte-level BPE, ChatML, control tokens), saved to
+    `folder` (returned); the think/answer tags registered as special tokens by default, as some checkpoints
+    do, so that decode is seen to keep them anyway."""
+    build_bpe_tokenizer(str(folder), TRAIN_TEXTS, vocab_size=400, chat_template=chat_template,
+                        special_tags=special_tags)
     return Path(folder)
 
 
