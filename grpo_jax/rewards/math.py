@@ -55,7 +55,8 @@ from typing import Any, NamedTuple
 from grpo_jax.rewards.base import RewardInputError, RewardResult, as_str_list, require, reward
 from grpo_jax.rewards.format import split_response
 
-MATH_VERSION = "2"  # 2: written-precision rule, `**`/`^` exponents read whole, unions
+MATH_VERSION = "3"  # 2: written-precision rule, `**`/`^` exponents read whole, unions; 3: values past the
+# float range compared in mpmath (v2 called 575! equal to any number: inf <= 1e-12 * inf), exact numbers exactly
 
 MAX_SYMBOLIC_CHARS = 300  # longer expressions are judged by string/number rules only
 MAX_NUMBER_DIGITS = 400  # longer digit runs are compared as canonical digit strings
@@ -694,6 +695,15 @@ def _sympy_equal(ea: Any, eb: Any, rel_tol: float | None, depth: int = 0) -> boo
     return False
 
 
+def _mp_complex(v: Any) -> Any:
+    """A sympy number as an mpmath complex (53-bit mantissa, unbounded exponent)."""
+    import mpmath  # sympy's own dependency, deferred with sympy
+
+    sympy, _ = _sympy_modules()
+    re_part, im_part = v.as_real_imag()
+    return mpmath.mpc(mpmath.mpf(sympy.Float(re_part, 30)), mpmath.mpf(sympy.Float(im_part, 30)))
+
+
 def _expr_equal(ea: Any, eb: Any, rel_tol: float | None) -> bool:
     """Two expressions: a lone decimal by written precision, constants by value, the rest by simplify."""
     sympy, _ = _sympy_modules()
@@ -704,15 +714,22 @@ def _expr_equal(ea: Any, eb: Any, rel_tol: float | None) -> bool:
         if written is not None and not isinstance(x, sympy.Float):
             return decimal_equals_expr(written, x, rel_tol)
     xa, xb = _exact_floats(ea), _exact_floats(eb)
+    inexact = ea.has(sympy.Float) or eb.has(sympy.Float)
+    ra, rb = xa.doit(), xb.doit()  # latex2sympy leaves 2^{999} unevaluated
+    if ra.is_Rational and rb.is_Rational and not (inexact and rel_tol is not None):
+        return bool(ra == rb)  # exact numbers compare exactly: 2^{999} + 1 is not 2^{999}
     va, vb = sympy.N(xa, 30), sympy.N(xb, 30)
     if not (va.is_number and vb.is_number) or va.has(sympy.zoo, sympy.nan) or vb.has(sympy.zoo, sympy.nan):
         return False
     if va.is_infinite or vb.is_infinite:
         return bool(va == vb)
-    scale = max(abs(complex(va)), abs(complex(vb)), 1e-300)
-    diff = abs(complex(va) - complex(vb))
-    inexact = ea.has(sympy.Float) or eb.has(sympy.Float)
-    return diff <= 1e-12 * scale or (inexact and rel_tol is not None and diff <= rel_tol * scale)
+    # In mpmath numbers, not Python floats: a value past the float range (575! ~ 1e1338) was inf as a
+    # complex, and inf <= 1e-12 * inf called it equal to every number (a policy found that; version 3).
+    a, b = _mp_complex(va), _mp_complex(vb)
+    scale = max(abs(a), abs(b))  # no floor: 1/575! is not 0 either
+    diff = abs(a - b)
+    tol = max(1e-12, rel_tol) if inexact and rel_tol is not None else 1e-12
+    return bool(diff <= tol * scale)
 
 
 def _to_sympy(s: str) -> Any:

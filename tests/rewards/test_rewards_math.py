@@ -119,6 +119,25 @@ def test_adversarial_huge_numbers_are_fast_and_exact():
     assert time.perf_counter() - t0 < 5.0
 
 
+@pytest.mark.parametrize("pred, ref", [
+    ("575!", "1234"),  # 575! ~ 7.4e1338: as a Python complex it was inf, and inf <= 1e-12 * inf held (v2)
+    ("575!", "-3"), ("-575!", "1234"), ("886!4", "886"),  # the forms a policy found under an entropy bonus
+    ("2^{999}\\cdot 2^{999}", "3"), ("e^{1000}", "5"), ("999!", "1"),
+    ("\\frac{1}{575!}", "0"),  # underflow: no absolute floor, a tiny value is not 0
+    ("2^{999}+1", "2^{999}"),  # exact numbers compare exactly, not within 1e-12 relative
+])
+def test_values_past_the_float_range_are_not_equal_to_everything(pred, ref):
+    assert m.answers_equal(pred, ref) == (False, "symbolic")
+    assert m.answers_equal(pred, pred)[0]  # and each still equals itself
+    assert math_reward(T + f"<answer>{pred}</answer>", {"answer": ref}).score == 0.0
+
+
+def test_exact_constants_evaluate():
+    # doit() before the exact comparison: sin(pi) is exactly 0, 2^{10} is 1024 (latex2sympy leaves them unevaluated)
+    assert m.answers_equal("\\sin{\\pi}", "0")[0] and m.answers_equal("\\cos{\\pi}+1", "0")[0]
+    assert m.answers_equal("2^{10}", "1024")[0] and m.answers_equal("575!", "575\\cdot 574!")[0]
+
+
 def test_model_text_is_never_evaluated(tmp_path):
     target = tmp_path / "pwned"
     payload = f"__import__('os').system('touch {target}')"
