@@ -292,6 +292,9 @@ def compute_advantages(
     aux: ``scores`` [B, G] (the per-row values the group statistic saw: the weighted total, or the fused
     per-dimension z-scores for gdpo / per_dim), ``zero_variance`` [B] bool (the group carries no signal:
     < 2 valid rows or all scores equal), ``num_valid`` [B] int32. ``cfg`` is hashable: jit with
-    ``static_argnames="cfg"``.
+    ``static_argnames="cfg"``. ``cfg.pos_scale`` < 1 then scales the positive advantages (W-REINFORCE).
     """
-    return ESTIMATORS[cfg.estimator](rewards, weights, valid=valid, cfg=cfg)
+    adv, aux = ESTIMATORS[cfg.estimator](rewards, weights, valid=valid, cfg=cfg)
+    if cfg.pos_scale != 1.0:  # a Python branch: the default traces exactly the estimator
+        adv = jnp.where(adv > 0, cfg.pos_scale * adv, adv)
+    return adv, aux

@@ -89,6 +89,7 @@ class AdvantageConfig:
     batch_norm_eps: float = 1e-4  # added to the batch std (gdpo, rpp baseline, grpo_batch_std): TRL, NVlabs GDPO
     pass_k: int = 2  # passk: the k of pass@k (k = 1 is GRPO with the population std)
     pass_threshold: float = 1.0  # passk: a row is a success when its weighted total reaches this
+    pos_scale: float = 1.0  # W-REINFORCE (Zhu et al. 2025): positive advantages x this; 1 = off, 0 = negatives only
 
     def __post_init__(self) -> None:
         name = type(self).__name__
@@ -101,6 +102,8 @@ class AdvantageConfig:
             _fail(name, "batch_norm_eps", f"must be >= 0, got {self.batch_norm_eps!r}")
         if not (isinstance(self.pass_k, int) and self.pass_k >= 1):
             _fail(name, "pass_k", f"must be an int >= 1, got {self.pass_k!r}")
+        if not (is_finite_number(self.pos_scale) and 0.0 <= self.pos_scale <= 1.0):
+            _fail(name, "pos_scale", f"must be a number in [0, 1], got {self.pos_scale!r}")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -111,6 +111,28 @@ def test_single_group_hand_values():
     np.testing.assert_allclose(adv[0], dev / np.sqrt(3 / 16), rtol=1e-6)
 
 
+@pytest.mark.parametrize("name", ALL)
+def test_pos_scale_scales_positive_advantages_only(name):
+    # W-REINFORCE: A -> lambda * A where A > 0, unchanged where A <= 0, after the estimator.
+    # Hand case, grpo, totals (1, 0, 0, 1): mean 1/2, ddof-1 std sqrt(1/3), A = +-sqrt(3)/2;
+    # with lambda 0.1 the two correct rows get 0.1 * sqrt(3)/2 and the wrong ones keep -sqrt(3)/2.
+    r, w = random_rewards(7, B=4, G=4, nan_frac=0.0)
+    r[0] = 0.5  # a constant group: zero variance, stays exactly 0
+    if name == "passk":
+        r = (r > 0.5).astype(np.float32)
+    plain, _ = run(name, r, w)
+    for lam in (0.0, 0.1):
+        scaled, _ = run(name, r, w, pos_scale=lam)
+        np.testing.assert_allclose(scaled, np.where(plain > 0, lam * plain, plain), rtol=1e-6, atol=1e-7)
+    assert np.any(plain > 0) and np.any(plain < 0) and np.all(plain[0] == 0.0)
+    if name == "grpo":
+        adv, _ = run("grpo", [[[1.0], [0.0], [0.0], [1.0]]], [1.0], eps=0.0, pos_scale=0.1)
+        a = np.sqrt(3) / 2
+        np.testing.assert_allclose(adv[0], [0.1 * a, -a, -a, 0.1 * a], rtol=1e-6)
+    with pytest.raises(ValueError, match=r"AdvantageConfig\.pos_scale"):
+        AdvantageConfig(pos_scale=1.5)
+
+
 def test_weighted_sum_and_nan_dims_as_trl_nansum():
     # Weights (2, 1): totals 2 r1 + r2 with NaN skipped: (2*1 + 0, nan->0 + 1, 2*0 + nan->0) = (2, 1, 0).
     rewards = [[[1.0, 0.0], [np.nan, 1.0], [0.0, np.nan]]]
