@@ -23,7 +23,7 @@ matplotlib.use("Agg")  # before pyplot: files only, no display
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from grpo_jax.config import TrainConfig, override  # noqa: E402
+from grpo_jax.config import TrainConfig, override, to_dict  # noqa: E402
 from grpo_jax.fileio import atomic_write_text  # noqa: E402
 from grpo_jax.runlog import read_jsonl  # noqa: E402
 from grpo_jax.sft import warm_start  # noqa: E402
@@ -127,9 +127,33 @@ def _collect_finished(base: TrainConfig, arms, seeds, out: str, summarize, warm_
             if not rows or max(r.get("step", -1) for r in rows) < base.steps:
                 print(f"summarize-only: {arm} seed {seed} missing or unfinished ({path}); left out")
                 continue
+            check_run_config(os.path.dirname(path), override(base, [f"seed={seed}", *arms[arm].overrides]),
+                             skip=("rewards.weights.weights_file", "steps") if arms[arm].reload_at else ())
             results[arm].append({**summarize(rows), **run_events(os.path.dirname(path)), "seed": seed,
                                  "warm_seed": seed if warm_seed is None else warm_seed})
     return {"results": {a: r for a, r in results.items() if r}, "seeds": list(seeds), "wall_seconds": 0.0}
+
+
+def _flat(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        out.update(_flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v})
+    return out
+
+
+def check_run_config(run_dir: str, expected: TrainConfig, skip: tuple[str, ...] = ()) -> None:
+    """--summarize-only merges run folders trained by separate processes: each one's config.json must be the
+    config its arm and seed would train with now (a field the record lacks counts when `expected` has that
+    field's default: the run predates the field). Else SystemExit naming the folder and the fields."""
+    path = os.path.join(run_dir, "config.json")
+    with open(path) as f:
+        recorded = _flat(json.load(f))
+    want, default = _flat(to_dict(expected)), _flat(to_dict(TrainConfig()))
+    wrong = [f"{k} = {recorded[k]!r}, the arm trains with {v!r}" if k in recorded else f"{k} missing"
+             for k, v in want.items()
+             if k not in skip and (recorded[k] != v if k in recorded else v != default.get(k))]
+    if wrong:
+        raise SystemExit(f"--summarize-only: {path} is not this arm's run: {'; '.join(wrong)}")
 
 
 def run_events(run_dir: str) -> dict:

@@ -137,6 +137,16 @@ def test_reward_collapse_smoke(tmp_path):
     events = [json.loads(line) for line in open(tmp_path / "hot_reload" / "seed0" / "events.jsonl")]
     (change,) = [e for e in events if e["kind"] == "reward_weights"]
     assert change["new"]["format"] == 0.1 and change["old"]["format"] == 4.0
+    # --summarize-only refuses a folder trained with another config than its arm's (a run merged by hand)
+    path = tmp_path / "gdpo" / "seed0" / "config.json"
+    config = json.loads(path.read_text())
+    config["advantage"]["estimator"] = "grpo"
+    path.write_text(json.dumps(config))
+    bad = subprocess.run([sys.executable, "experiments/reward_collapse.py", "--smoke", "--summarize-only", "--out",
+                          str(tmp_path), "--arms", "grpo,gdpo"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=600)
+    assert bad.returncode != 0 and "gdpo/seed0/config.json is not this arm's run" in bad.stderr, bad.stderr[-2000:]
+    assert "advantage.estimator = 'grpo', the arm trains with 'gdpo'" in bad.stderr
 
 
 def test_entropy_collapse_smoke(tmp_path):
