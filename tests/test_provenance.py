@@ -97,7 +97,8 @@ def test_task_default_rewards_are_resolved_and_failed_regressions_reported(tmp_p
     monkeypatch.setattr(provenance, "regression_status",
                         lambda names: {**real(names), "math": failing})
     out = str(tmp_path / "r")
-    with pytest.warns(RuntimeWarning, match=r"reward 'math' \(version 2\) fails 1 of its 3 regression cases.*math-007"):
+    warning = rf"reward 'math' \(version {reward_version('math')}\) fails 1 of its 3 regression cases.*math-007"
+    with pytest.warns(RuntimeWarning, match=warning):
         trainer = train.Trainer(tiny_config(), out, quiet=True)
     trainer.logger.close()
     trainer.ckpt.close()
