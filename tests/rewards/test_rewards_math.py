@@ -132,6 +132,26 @@ def test_values_past_the_float_range_are_not_equal_to_everything(pred, ref):
     assert math_reward(T + f"<answer>{pred}</answer>", {"answer": ref}).score == 0.0
 
 
+# Answers a policy can write that have no value, an infinite one, or one past the float range, against
+# references that are pairwise unequal (far apart, so that no rounding of a written decimal states two).
+EXTREME_ANSWERS = ["\\infty", "-\\infty", "oo", "zoo", "nan", "0/0", "\\frac{0}{0}", "\\frac{1}{0}", "1/0",
+                   "10^{400}", "10^{-400}", "1e400", "1e-400", "575!", "-575!", "\\frac{1}{575!}",
+                   "\\infty-\\infty", "i", "x", "\\emptyset", "\\sqrt{-1}", "e^{10^{5}}", "0^0", "\\log{0}",
+                   "0^{-1}", "2^{1024}", "-2^{1024}", "\\tan{\\frac{\\pi}{2}}", "10^{10^{3}}", "10^{400}-10^{400}",
+                   "inf", "Infinity", "\\mathbb{R}", "(1,2)", "{}"]
+DISTINCT_REFERENCES = ["0", "1", "-1", "2", "1234", "10^{400}", "3\\cdot 10^{400}", "\\frac{1}{575!}",
+                       "\\frac{2}{575!}", "\\frac{1}{2}", "\\pi"]
+
+
+@pytest.mark.parametrize("pred", EXTREME_ANSWERS)
+def test_no_answer_equals_two_different_references(pred):
+    # The property version 2 broke (575! equalled every reference): an answer can be right for at most one
+    # of several unequal references, whatever it is.
+    equal = [ref for ref in DISTINCT_REFERENCES if m.answers_equal(pred, ref)[0]]
+    assert len(equal) <= 1, (pred, equal)
+    assert math_reward(T + f"<answer>{pred}</answer>", {"answer": "1234"}).score in (0.0, 1.0)
+
+
 def test_exact_constants_evaluate():
     # doit() before the exact comparison: sin(pi) is exactly 0, 2^{10} is 1024 (latex2sympy leaves them unevaluated)
     assert m.answers_equal("\\sin{\\pi}", "0")[0] and m.answers_equal("\\cos{\\pi}+1", "0")[0]
