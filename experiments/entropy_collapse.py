@@ -19,7 +19,8 @@ Reported per arm and seed: accuracy_start, accuracy_final (the mean of the evalu
 FINAL_WINDOW steps: one evaluation moved by up to 11 points between steps 250 and 300), accuracy_last,
 entropy_first / entropy_final (mean token entropy), entropy_p50_first / entropy_p50_final (median), the fit
 of training correctness against mean entropy R = -a exp(H) + b (Cui et al. 2025), and whether the run paused /
-where it rolled back to.
+where it rolled back to. Greedy accuracy scores the policy's mode only; the pass@k of the finished runs
+(samples at temperature 1, from their final checkpoints) is `experiments/pass_at_k.py`.
 """
 
 from __future__ import annotations

@@ -158,6 +158,43 @@ def test_entropy_collapse_smoke(tmp_path):
     assert set(study["results"]) == {"none", "per_token_temperature", "pause_rollback", "tis"}
     rows = [json.loads(line) for line in open(tmp_path / "tis" / "seed0" / "metrics.jsonl")]
     assert all("gap/kl" in r and "is_weight" in r for r in rows if "loss" in r)  # recompute: measured every step
+    # pass@k from the final checkpoints: the greedy re-score of each checkpoint (and of the recomputed warm
+    # start) equals the run's own last (first) logged evaluation, and nothing under the run folders is written
+    files = sorted(p for p in tmp_path.rglob("*") if p.is_file())
+    before = {p: p.read_bytes() for p in files}
+    out = subprocess.run([sys.executable, "experiments/pass_at_k.py", str(tmp_path), "--arms", "none,tis",
+                          "--seeds", "0", "--k", "3", "--start", "--smoke"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    report = json.loads((tmp_path / "pass_at_k.json").read_text())
+    assert set(report["results"]) == {"start", "none", "tis"} and report["k"] == 3
+    for arm, (run,) in report["results"].items():
+        assert run["greedy"] == run["greedy_logged"], (arm, run)
+        assert run["greedy_logged_step"] == run["step"] == (0 if arm == "start" else 3), (arm, run)
+        assert 0.0 <= run["pass1_t1"] <= run["pass3_t1"] <= 1.0 and 1.0 <= run["distinct_completions"] <= 3.0
+    assert sorted(p for p in tmp_path.rglob("*") if p.is_file()) == sorted([*files, tmp_path / "pass_at_k.json"])
+    assert all(p.read_bytes() == b for p, b in before.items())
+    # the policy scored is the checkpoint's, not the model the scratch trainer was built with (at smoke scale
+    # both score 0%, so the greedy check above cannot tell them apart)
+    sys.path.insert(0, os.path.join(ROOT, "experiments"))
+    import jax
+    import jax.numpy as jnp
+    from pass_at_k import restore_policy
+
+    from grpo_jax.cli import load_config
+    from grpo_jax.train import Trainer
+
+    run_dir = str(tmp_path / "none" / "seed0")
+    trainer, params, step = restore_policy(run_dir, str(tmp_path / "scratch_a"))
+    fresh = Trainer(load_config(os.path.join(run_dir, "config.json")), str(tmp_path / "scratch_b"), quiet=True)
+    moved = [float(jnp.max(jnp.abs(a - b))) for a, b in zip(jax.tree.leaves(params),
+                                                            jax.tree.leaves(fresh.policy_params()))]
+    assert step == 3 and max(moved) > 0, moved
+    trainer.logger.close()
+    fresh.logger.close()
+    bad = subprocess.run([sys.executable, "experiments/pass_at_k.py", str(tmp_path), "--arms", "nope"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=300)
+    assert bad.returncode != 0 and "no checkpoints in" in bad.stderr and "nope" in bad.stderr
 
 
 def test_bf16_gap_smoke(tmp_path):
