@@ -750,6 +750,35 @@ class TrainConfig:
                   "trainer's own logprobs: set sampling.old_logp_source=recompute (with 'sampler' the ratio is 1)")
 
 
+def inert_settings(cfg: TrainConfig) -> list[str]:
+    """Settings that act on (almost) nothing in `cfg`, one message each naming the field: the trainer logs
+    them as `inert_setting` events and warns at the start of a run (they are legal, so not errors).
+
+    - clip-higher (eps_high != eps_low, PPO-clip losses) and KL-Cov's penalty act only where the policy ratio
+      leaves 1. With mu = 1 and minibatches = 1 every update is on-policy: the ratio is 1 up to the
+      sampler-trainer float gap, so nothing is clipped, and KL-Cov's |log ratio| pushes each selected token by
+      the sign of that float noise.
+    - Clip-Cov / KL-Cov select max(floor(ratio * N), 1) of the N tokens of an update; N is at most
+      prompts_per_step * group_size * max_new_tokens / minibatches, and below 2 / ratio that is one token."""
+    notes, loss = [], cfg.loss
+    on_policy = cfg.mu == 1 and cfg.minibatches == 1
+    why = ("with mu = 1 and minibatches = 1 every update is on-policy (the ratio is 1 up to the sampler-trainer "
+           "float gap); set mu or minibatches above 1 for it to act")
+    if on_policy and loss.policy_loss in ("ppo", "clip_cov") and loss.eps_high != loss.eps_low:
+        notes.append(f"loss.eps_high = {loss.eps_high} (clip-higher) clips nothing: {why}")
+    if on_policy and loss.policy_loss == "kl_cov":
+        notes.append(f"loss.policy_loss = kl_cov: its penalty |log ratio| has no meaningful gradient (zero, or the "
+                     f"sign of float noise for each selected token): {why}")
+    tokens = cfg.prompts_per_step * cfg.sampling.group_size * cfg.sampling.max_new_tokens / cfg.minibatches
+    for name, field in (("clip_cov", "clip_cov_ratio"), ("kl_cov", "kl_cov_ratio")):
+        ratio = getattr(loss, field)
+        if loss.policy_loss == name and ratio * tokens < 2:
+            notes.append(f"loss.{field} = {ratio} selects one token per update: an update has at most "
+                         f"{tokens:.0f} tokens (prompts_per_step * group_size * max_new_tokens / minibatches), and "
+                         f"max(floor({ratio} * N), 1) = 1 for N < {2 / ratio:.0f}")
+    return notes
+
+
 # Fields whose change makes resuming a checkpoint unsafe (shapes or the meaning of the optimizer state).
 RESUME_CRITICAL = (
     "model.preset", "model.hf_path", "model.d_model", "model.n_layers", "model.n_heads", "model.n_kv_heads",

@@ -32,7 +32,7 @@ from grpo_jax import data as data_lib
 from grpo_jax import rewards as rewards_lib
 from grpo_jax import tasks as tasks_lib
 from grpo_jax.cli import parse_args
-from grpo_jax.config import RESUME_CRITICAL, TrainConfig, to_dict
+from grpo_jax.config import RESUME_CRITICAL, TrainConfig, inert_settings, to_dict
 from grpo_jax.experience import Batch
 from grpo_jax.fileio import atomic_write_text
 from grpo_jax.perf import tune_host_allocator
@@ -412,6 +412,8 @@ class Trainer:
         # One metrics stream: process 0 writes the run's logs; the others log to a scratch folder removed when
         # the run ends (they see the same metrics; their checkpoint shards go to the shared checkpoint set)
         notes = self._fresh_start(resume=resume) if start is None else []
+        if start is None:  # a fresh run: say which of its settings act on (almost) nothing
+            notes += [("inert_setting", {"message": m}) for m in inert_settings(cfg)]
         pid = jax.process_index()
         log_dir = out_dir if pid == 0 else tempfile.mkdtemp(prefix=f"grpo-jax-process-{pid}-")
         self.logger = runlog.RunLogger(log_dir, total_steps=cfg.steps, tensorboard=cfg.logging.tensorboard,

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from grpo_jax.config import TrainConfig, config_reference, from_dict, override, to_dict
+from grpo_jax.config import TrainConfig, config_reference, from_dict, inert_settings, override, to_dict
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -113,3 +113,25 @@ def test_config_file_errors_name_the_file(tmp_path, text, words):
         parse_args(["--config", str(tmp_path / "bad.json")])
     with pytest.raises(ValueError, match=r"--config .*nothing\.json: cannot read"):
         parse_args(["--config", str(tmp_path / "nothing.json")])
+
+
+def test_inert_settings_name_what_acts_on_nothing():
+    base = TrainConfig()  # 32 prompts x G 8 x 16 new tokens = 4096 tokens at most in one update
+    assert base.prompts_per_step * base.sampling.group_size * base.sampling.max_new_tokens == 4096
+    assert inert_settings(base) == []
+    # clip-higher on-policy (mu = minibatches = 1) clips nothing; a second epoch or minibatch makes it act
+    (note,) = inert_settings(override(base, ["loss.eps_high=0.28"]))
+    assert note.startswith("loss.eps_high = 0.28 (clip-higher) clips nothing")
+    assert inert_settings(override(base, ["loss.eps_high=0.28", "mu=2"])) == []
+    assert inert_settings(override(base, ["loss.eps_high=0.28", "minibatches=2"])) == []
+    # KL-Cov at the paper's ratio: on-policy, and floor(2e-4 * 4096) = 0 -> one token
+    on_policy, one_token = inert_settings(override(base, ["loss.policy_loss=kl_cov"]))
+    assert "kl_cov" in on_policy and "loss.kl_cov_ratio = 0.0002 selects one token" in one_token
+    assert inert_settings(override(base, ["loss.policy_loss=kl_cov", "loss.kl_cov_ratio=0.05", "mu=2"])) == []
+    # Clip-Cov acts on-policy (it detaches tokens); only its count can be one: floor(r * 4096) >= 2 iff r >= 2/4096
+    (note,) = inert_settings(override(base, ["loss.policy_loss=clip_cov", f"loss.clip_cov_ratio={1.9 / 4096}"]))
+    assert note.startswith("loss.clip_cov_ratio = ")
+    assert inert_settings(override(base, ["loss.policy_loss=clip_cov", f"loss.clip_cov_ratio={2 / 4096}"])) == []
+    # with two minibatches an update has half the tokens
+    assert inert_settings(override(base, ["loss.policy_loss=clip_cov", f"loss.clip_cov_ratio={3 / 4096}",
+                                          "minibatches=2"]))

@@ -431,6 +431,18 @@ def test_resume_with_nothing_to_resume_says_so(tmp_path):
     assert [e["kind"] for e in _events(tmp_path)][:2] == ["resume_nothing", "data"]
 
 
+def test_a_setting_that_acts_on_nothing_is_logged_and_warned_at_the_start(tmp_path):
+    # clip-higher with one on-policy update per rollout: the ratio never leaves 1, so eps_high clips nothing
+    with pytest.warns(RuntimeWarning, match=r"loss.eps_high = 0.28 \(clip-higher\) clips nothing"):
+        tr = train.Trainer(tiny_config("loss.eps_high=0.28"), str(tmp_path / "a"), quiet=True)
+    tr.logger.close()
+    (note,) = [e for e in _events(tmp_path / "a") if e["kind"] == "inert_setting"]
+    assert "mu or minibatches above 1" in note["message"]
+    tr = train.Trainer(tiny_config(), str(tmp_path / "b"), quiet=True)  # the defaults: nothing to say
+    tr.logger.close()
+    assert not [e for e in _events(tmp_path / "b") if e["kind"] == "inert_setting"]
+
+
 def test_model_vocabulary_smaller_than_the_tokenizers_is_an_error_naming_both(tmp_path):
     """Issue 18: JAX clamps out-of-range ids in the embedding lookup, so this trained silently on garbage."""
     import models
