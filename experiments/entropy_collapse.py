@@ -1,7 +1,7 @@
 """Entropy-collapse study: RL from a warm start with healthy entropy, pushed to collapse by its causes, with
 no control against ten controls and the documented pause-and-rollback, on 3-digit addition.
 
-    python experiments/entropy_collapse.py                     # 12 arms x 3 seeds -> runs/entropy_collapse/results.md
+    python experiments/entropy_collapse.py                     # 13 arms x 3 seeds -> runs/entropy_collapse/results.md
     python experiments/entropy_collapse.py --arms none,adaptive_temperature --seeds 3,4
     python experiments/entropy_collapse.py --smoke             # seconds; what the tests run
 
@@ -11,7 +11,8 @@ every seed and arm, so that seeds vary the RL alone; --warm-seed -1 gives each s
 the causes of collapse the arms fight: a learning rate too high (LR, 5x the default) and a dense 0/1 correctness reward.
 Arms: `none`; `entropy_bonus_warmup`; `adaptive_coef`; `adaptive_temperature`; `per_token_temperature`;
 `clip_higher`; `clip_cov`; `kl_cov`; `lower_lr` (LR_LOW, a tenth of LR); `higher_kl` (beta BETA); `top_entropy`
-(the policy loss on the top TOP_ENTROPY fraction of tokens by entropy, Wang et al. 2025); and
+(the policy loss on the top TOP_ENTROPY fraction of tokens by entropy, Wang et al. 2025); `kl_passk` (KL beta
+BETA_PASSK with the pass@k advantage, k PASS_K, Chen et al. 2025); and
 `pause_rollback`: the median-entropy alarm pauses the run, and the rollback command of its report resumes
 it with adaptive temperature on.
 
@@ -46,6 +47,9 @@ STEPS = 500  # 300 in the first three full runs: seed 1 then ended at 0.111x, st
 EVAL_EVERY = 25
 FINAL_WINDOW = 100  # accuracy_final: the mean of the evaluations in the last FINAL_WINDOW steps (425-500)
 TOP_ENTROPY = 0.2  # loss.top_entropy_quantile of the top_entropy arm (Wang et al. 2025 train on the top 20%)
+# kl_passk: chosen on seed 1 from a search of eight settings (docs/measurements.md §9); beta 0.3 / 0.5 with the
+# same advantage held the median but cost accuracy, beta 0.2 too; the pass@k advantage alone let it fall
+BETA_PASSK, PASS_K = 0.1, 4
 REWARDS = json.dumps([{"name": "math", "weight": 1.0}])  # dense 0/1 correctness, nothing else
 
 
@@ -74,6 +78,7 @@ ARMS = {
     "lower_lr": Arm((f"optim.lr={LR_LOW}",)),
     "higher_kl": Arm((f"loss.beta={BETA}",)),
     "top_entropy": Arm((f"loss.top_entropy_quantile={TOP_ENTROPY}",)),
+    "kl_passk": Arm((f"loss.beta={BETA_PASSK}", "advantage.estimator=passk", f"advantage.pass_k={PASS_K}")),
     "pause_rollback": Arm((f"monitor.rules={_median_pause_rules()}", "checkpoint.every=25",
                            "checkpoint.keep_last=20"), on_pause=("monitor.collapse_action=warn",
                                                                  "monitor.rules=[]")),
@@ -159,6 +164,7 @@ def main(argv=None) -> dict:
                                                     smoke_warm=SFT_SMOKE)
     study["verdict"] = verdict(study["results"])
     study["settings"] = {"lr": LR, "lr_lower_lr": LR_LOW, "beta_higher_kl": BETA, "top_entropy_quantile": TOP_ENTROPY,
+                         "beta_kl_passk": BETA_PASSK, "pass_k_kl_passk": PASS_K,
                          "steps": cfg.steps, "rewards": REWARDS, "eval_every": EVAL_EVERY, "final_window": FINAL_WINDOW}
     plots = [plot_curves(out, arms, "entropy/mean", "mean token entropy (nats)", "entropy", log=True),
              plot_curves(out, arms, "entropy/p50", "median token entropy (nats)", "entropy_median", log=True),

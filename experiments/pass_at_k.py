@@ -15,7 +15,8 @@ splits a matrix product over, and the warm start's hundreds of steps carry such 
 step it stops at: run this under the same `taskset -c N` (one core) as the study was, or its greedy figure
 will differ from the logged step-0 evaluation (a warning says so). Nothing under the run folders is written: each run's
 config.json is read, its model built in a scratch folder, and the newest checkpoint restored read-only.
-Writes <study>/pass_at_k.json and prints a table.
+Writes <study>/pass_at_k.json (with --update: keeping the arms of an earlier one that this call does not
+score) and prints a table.
 """
 
 from __future__ import annotations
@@ -133,6 +134,8 @@ def main(argv=None) -> dict:
     ap.add_argument("--start", action="store_true", help="also score the warm start (as arm 'start')")
     ap.add_argument("--warm-seed", type=int, default=0, help="the warm start's seed (the studies' default: 0)")
     ap.add_argument("--smoke", action="store_true", help="the runs are a --smoke study's (its warm start)")
+    ap.add_argument("--update", action="store_true",
+                    help="keep the other arms of an existing <study>/pass_at_k.json (same k) and replace these")
     args = ap.parse_args(argv)
     if args.k < 1:
         raise SystemExit(f"--k must be >= 1, got {args.k}")
@@ -142,7 +145,14 @@ def main(argv=None) -> dict:
                if not os.path.isdir(os.path.join(args.study, a, f"seed{s}", "checkpoints"))]
     if missing:
         raise SystemExit(f"pass_at_k: no checkpoints in {', '.join(missing)}")
+    path = os.path.join(args.study, "pass_at_k.json")
     results = {}
+    if args.update and os.path.exists(path):
+        with open(path) as f:
+            old = json.load(f)
+        if old.get("k") != args.k:
+            raise SystemExit(f"pass_at_k --update: {path} has k = {old.get('k')}, not --k {args.k}")
+        results = old["results"]
     if args.start:
         params = warm_params(os.path.join(args.study, arms[0], f"seed{seeds[0]}"), warm_seed=args.warm_seed,
                              smoke=args.smoke)
@@ -151,8 +161,8 @@ def main(argv=None) -> dict:
     for arm in arms:
         results[arm] = [{"seed": s, **score_run(os.path.join(args.study, arm, f"seed{s}"), k=args.k)} for s in seeds]
     report = {"results": results, "k": args.k, "temperature": 1.0, "sample_key": SAMPLE_KEY,
-              "warm_seed": args.warm_seed if args.start else None}
-    atomic_write_text(os.path.join(args.study, "pass_at_k.json"), json.dumps(report, indent=1))
+              "warm_seed": args.warm_seed if "start" in results else None}
+    atomic_write_text(path, json.dumps(report, indent=1))
     print(table(results, args.k))
     for arm, runs in results.items():
         for r in runs:

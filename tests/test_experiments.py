@@ -192,6 +192,18 @@ def test_entropy_collapse_smoke(tmp_path):
     assert step == 3 and max(moved) > 0, moved
     trainer.logger.close()
     fresh.logger.close()
+    # --update scores one more arm and keeps the others; a different k is refused
+    again = subprocess.run([sys.executable, "experiments/pass_at_k.py", str(tmp_path), "--arms",
+                            "per_token_temperature", "--seeds", "0", "--k", "3", "--update"], cwd=ROOT,
+                           capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr[-3000:]
+    updated = json.loads((tmp_path / "pass_at_k.json").read_text())
+    added = updated["results"]["per_token_temperature"]
+    assert updated["results"] == {**report["results"], "per_token_temperature": added} and len(added) == 1
+    assert updated["warm_seed"] == report["warm_seed"] == 0
+    wrong_k = subprocess.run([sys.executable, "experiments/pass_at_k.py", str(tmp_path), "--arms", "none", "--seeds",
+                              "0", "--k", "2", "--update"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert wrong_k.returncode != 0 and "has k = 3, not --k 2" in wrong_k.stderr
     bad = subprocess.run([sys.executable, "experiments/pass_at_k.py", str(tmp_path), "--arms", "nope"], cwd=ROOT,
                          capture_output=True, text=True, timeout=300)
     assert bad.returncode != 0 and "no checkpoints in" in bad.stderr and "nope" in bad.stderr
