@@ -77,17 +77,25 @@ def restore_policy(run_dir: str, scratch: str) -> tuple[Trainer, object, int]:
     return trainer, trainer.policy_params(), step
 
 
+def _figures(trainer: Trainer, params, run_dir: str, *, k: int, step: int, pick) -> dict:
+    """sample_scores and the greedy accuracy of `params` on the trainer's held-out rows, beside the run's own
+    logged evaluation that `pick` (min or max by step) chooses: the first for the warm start, the last for a
+    checkpoint."""
+    figures = sample_scores(trainer.actor, params, trainer.eval_rows, k=k)
+    figures["greedy"] = experience.evaluate(trainer.actor, params, trainer.eval_rows)["eval/accuracy"]
+    logged = pick((r for r in read_jsonl(os.path.join(run_dir, "metrics.jsonl")) if "eval/accuracy" in r),
+                  key=lambda r: r["step"])
+    return {**figures, "step": step, "greedy_logged": logged["eval/accuracy"], "greedy_logged_step": logged["step"]}
+
+
 def score_run(run_dir: str, *, k: int) -> dict:
     """pass@k figures of the newest checkpoint of one finished run, plus its greedy accuracy and the run's
     own last logged evaluation (they must agree)."""
     with tempfile.TemporaryDirectory() as scratch:
         trainer, params, step = restore_policy(run_dir, scratch)
-        figures = sample_scores(trainer.actor, params, trainer.eval_rows, k=k)
-        figures["greedy"] = trainer.evaluate()["eval/accuracy"]
+        figures = _figures(trainer, params, run_dir, k=k, step=step, pick=max)
         trainer.logger.close()
-    evals = [r for r in read_jsonl(os.path.join(run_dir, "metrics.jsonl")) if "eval/accuracy" in r]
-    last = max(evals, key=lambda r: r["step"])
-    return {**figures, "step": step, "greedy_logged": last["eval/accuracy"], "greedy_logged_step": last["step"]}
+    return figures
 
 
 def warm_params(run_dir: str, *, warm_seed: int, smoke: bool):
@@ -103,15 +111,11 @@ def warm_params(run_dir: str, *, warm_seed: int, smoke: bool):
 def score_start(run_dir: str, params, *, k: int) -> dict:
     """The same figures for the warm start `params`, on the held-out rows of the run in `run_dir` (its seed);
     greedy_logged is that run's step-0 evaluation (the warm start's greedy accuracy as the run measured it)."""
-    cfg = load_config(os.path.join(run_dir, "config.json"))
     with tempfile.TemporaryDirectory() as scratch:
-        trainer = _scratch_trainer(cfg, scratch)
-        figures = sample_scores(trainer.actor, params, trainer.eval_rows, k=k)
-        figures["greedy"] = experience.evaluate(trainer.actor, params, trainer.eval_rows)["eval/accuracy"]
+        trainer = _scratch_trainer(load_config(os.path.join(run_dir, "config.json")), scratch)
+        figures = _figures(trainer, params, run_dir, k=k, step=0, pick=min)
         trainer.logger.close()
-    first = min((r for r in read_jsonl(os.path.join(run_dir, "metrics.jsonl")) if "eval/accuracy" in r),
-                key=lambda r: r["step"])
-    return {**figures, "step": 0, "greedy_logged": first["eval/accuracy"], "greedy_logged_step": first["step"]}
+    return figures
 
 
 def table(results: dict, k: int) -> str:

@@ -411,9 +411,9 @@ class Trainer:
         os.makedirs(out_dir, exist_ok=True)
         # One metrics stream: process 0 writes the run's logs; the others log to a scratch folder removed when
         # the run ends (they see the same metrics; their checkpoint shards go to the shared checkpoint set)
-        notes = self._fresh_start(resume=resume) if start is None else []
-        if start is None:  # a fresh run: say which of its settings act on (almost) nothing
-            notes += [("inert_setting", {"message": m}) for m in inert_settings(cfg)]
+        # a fresh run: what _fresh_start found, and which of its settings act on (almost) nothing
+        notes = ([*self._fresh_start(resume=resume), *(("inert_setting", {"message": m}) for m in inert_settings(cfg))]
+                 if start is None else [])
         pid = jax.process_index()
         log_dir = out_dir if pid == 0 else tempfile.mkdtemp(prefix=f"grpo-jax-process-{pid}-")
         self.logger = runlog.RunLogger(log_dir, total_steps=cfg.steps, tensorboard=cfg.logging.tensorboard,
