@@ -12,6 +12,7 @@ import dataclasses
 import json
 import os
 import shlex
+import subprocess
 import sys
 import time
 
@@ -103,9 +104,69 @@ def launch(argv, *, doc: str, get_config, arms: dict, default_out: str, summariz
     args, cfg = parse_args(argv, description=doc, get_config=get_config)
     out, seeds, sft, warm_seed = study_settings(args, cfg, default_out, warm=warm, smoke_warm=smoke_warm)
     arms = select_arms(smoke_arms if args.smoke and smoke_arms else arms, args.arms)
+    if args.jobs < 1:
+        raise SystemExit(f"--jobs: {args.jobs}; give 1 or more processes")
+    wall = None
+    if args.jobs > 1 and not args.summarize_only:
+        script = os.path.abspath(sys.modules[get_config.__module__].__file__)
+        argv = list(sys.argv[1:] if argv is None else argv)
+        commands = [[sys.executable, script, *argv, *extra, "--jobs", "1", "--quiet"]
+                    for extra in job_splits(arms, seeds, args.jobs)]
+        wall = run_jobs(commands, os.path.join(out, "jobs"))
     study = run_study(cfg, arms, seeds=seeds, out=out, sft=sft, quiet=args.quiet, summarize=summarize,
-                      summarize_only=args.summarize_only, warm_seed=warm_seed)
+                      summarize_only=args.summarize_only or wall is not None, warm_seed=warm_seed)
+    if wall is not None:
+        study["wall_seconds"], study["jobs"] = wall, len(commands)
     return args, cfg, out, arms, warm_seed, study
+
+
+def job_splits(arms: dict, seeds: list[int], jobs: int) -> list[list[str]]:
+    """--jobs: the extra arguments of each process, `--arms` subsets balanced by cost (an arm that pauses and
+    rolls back counts 1.5 runs: its rollback re-trains from the pause's checkpoint), largest first onto the
+    least loaded process; with fewer arms than jobs, `--seeds` subsets instead. Argparse keeps the last value
+    of a repeated option, so these override the parent's own --arms / --seeds."""
+    names = list(arms)
+    if len(names) < jobs and len(seeds) > len(names):
+        n = min(jobs, len(seeds))
+        return [["--seeds", ",".join(str(s) for s in seeds[k::n])] for k in range(n)]
+    n = min(jobs, len(names))
+    loads, parts = [0.0] * n, [[] for _ in range(n)]
+    for name in sorted(names, key=lambda a: -(1.5 if arms[a].on_pause is not None else 1.0)):  # stable: ties keep order
+        k = loads.index(min(loads))
+        parts[k].append(name)
+        loads[k] += 1.5 if arms[name].on_pause is not None else 1.0
+    return [["--arms", ",".join(sorted(p, key=names.index))] for p in parts]
+
+
+def run_jobs(commands: list[list[str]], log_dir: str) -> float:
+    """Run `commands` at once, process k pinned to core k mod the cores this process may use (a one-core
+    process has its own float reduction order, the same on every run: the shipped study results were trained
+    that way), output to `log_dir/job<k>.log`. Waits for all; SystemExit naming each failed job's log and its
+    last lines. Returns the wall seconds."""
+    os.makedirs(log_dir, exist_ok=True)
+    pin = hasattr(os, "sched_setaffinity")
+    cores = sorted(os.sched_getaffinity(0)) if pin else []
+    start, procs = time.perf_counter(), []
+    for k, cmd in enumerate(commands):
+        log = os.path.join(log_dir, f"job{k}.log")
+        core = cores[k % len(cores)] if pin else None
+        print(f"job {k}{f' (core {core})' if pin else ''}: {shlex.join(cmd[2:])} > {log}", flush=True)
+        with open(log, "w") as f:
+            if pin:  # the child inherits the affinity of the thread that starts it
+                mine = os.sched_getaffinity(0)
+                os.sched_setaffinity(0, {core})
+                try:
+                    procs.append((subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT), log))
+                finally:
+                    os.sched_setaffinity(0, mine)
+            else:
+                procs.append((subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT), log))
+    failed = [(p.wait(), log) for p, log in procs]
+    failed = [(rc, log) for rc, log in failed if rc != 0]
+    if failed:
+        tails = [f"{log} (exit {rc}):\n" + "".join(open(log).readlines()[-15:]) for rc, log in failed]
+        raise SystemExit("--jobs: a job failed; the finished runs stay in place\n" + "\n".join(tails))
+    return time.perf_counter() - start
 
 
 def warm_start_note(warm_seed: int | None) -> str:

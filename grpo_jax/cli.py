@@ -1,5 +1,6 @@
 """The command line every launcher shares (`python -m grpo_jax.train`, `experiments/*.py`): --out, --seed,
---smoke, --config, --set key=value ..., --resume, --rollback-to, and the studies' --seeds / --arms / --summarize-only."""
+--smoke, --config, --set key=value ..., --resume, --rollback-to, and the studies' --seeds / --arms / --jobs /
+--summarize-only."""
 
 from __future__ import annotations
 
@@ -50,6 +51,10 @@ def parse_args(argv=None, *, description: str = "", get_config=None):
                     help="studies only: the seed of the one supervised warm start shared by every seed and arm (seeds "
                          "then vary the RL alone; default: --seed's value); -1: one warm start per seed")
     ap.add_argument("--arms", default=None, metavar="A1,A2,...", help="studies only: the arms to train (default: all)")
+    ap.add_argument("--jobs", type=int, default=1, metavar="N",
+                    help="studies only: train the arms in N processes, each pinned to one CPU core (core k mod the "
+                         "cores this process may use), logs in --out/jobs/, then summarize them all; 1 (default): "
+                         "one process on every core")
     ap.add_argument("--summarize-only", action="store_true",
                     help="studies only: rebuild results.md / results.json / plots from the runs already in --out "
                          "(e.g. after training seeds in separate processes with --seeds)")
