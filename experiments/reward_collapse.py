@@ -1,7 +1,8 @@
 """Reward-collapse study: GRPO's sum-then-normalise against per-dimension normalisation, weight changes,
 a curriculum and a mid-run hot reload, on 3-digit addition with held-out accuracy.
 
-    python experiments/reward_collapse.py                      # 6 arms x 3 seeds -> runs/reward_collapse/results.md
+    python experiments/reward_collapse.py --jobs 2             # 6 arms x 3 seeds -> runs/reward_collapse/results.md
+                                                               # (two one-core processes: 48 min on 2 cores)
     python experiments/reward_collapse.py --arms grpo,gdpo --seeds 3,4
     python experiments/reward_collapse.py --smoke              # seconds; what the tests run
 

@@ -8,7 +8,9 @@ The study writes `<out>/results.json`, `<out>/results.md` and comparison plots u
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
+import hashlib
 import json
 import os
 import shlex
@@ -18,14 +20,17 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+import flax.serialization  # noqa: E402
 import matplotlib  # noqa: E402
 
 matplotlib.use("Agg")  # before pyplot: files only, no display
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+import grpo_jax  # noqa: E402
 from grpo_jax.config import TrainConfig, override, to_dict  # noqa: E402
-from grpo_jax.fileio import atomic_write_text  # noqa: E402
+from grpo_jax.fileio import atomic_write, atomic_write_text  # noqa: E402
+from grpo_jax.provenance import package_versions  # noqa: E402
 from grpo_jax.runlog import read_jsonl  # noqa: E402
 from grpo_jax.sft import warm_start  # noqa: E402
 from grpo_jax.train import Trainer  # noqa: E402
@@ -110,59 +115,77 @@ def launch(argv, *, doc: str, get_config, arms: dict, default_out: str, summariz
     if args.jobs > 1 and not args.summarize_only:
         script = os.path.abspath(sys.modules[get_config.__module__].__file__)
         argv = list(sys.argv[1:] if argv is None else argv)
-        commands = [[sys.executable, script, *argv, *extra, "--jobs", "1", "--quiet"]
-                    for extra in job_splits(arms, seeds, args.jobs)]
-        wall = run_jobs(commands, os.path.join(out, "jobs"))
+        jobs = [[[sys.executable, script, *argv, *extra, "--jobs", "1", "--quiet"] for extra in pieces]
+                for pieces in job_splits(arms, seeds, args.jobs)]
+        wall = run_jobs(jobs, os.path.join(out, "jobs"))
     study = run_study(cfg, arms, seeds=seeds, out=out, sft=sft, quiet=args.quiet, summarize=summarize,
                       summarize_only=args.summarize_only or wall is not None, warm_seed=warm_seed)
     if wall is not None:
-        study["wall_seconds"], study["jobs"] = wall, len(commands)
+        study["wall_seconds"], study["jobs"] = wall, len(jobs)
     return args, cfg, out, arms, warm_seed, study
 
 
-def job_splits(arms: dict, seeds: list[int], jobs: int) -> list[list[str]]:
-    """--jobs: the extra arguments of each process, `--arms` subsets balanced by cost (an arm that pauses and
-    rolls back counts 1.5 runs: its rollback re-trains from the pause's checkpoint), largest first onto the
-    least loaded process; with fewer arms than jobs, `--seeds` subsets instead. Argparse keeps the last value
-    of a repeated option, so these override the parent's own --arms / --seeds."""
-    names = list(arms)
-    if len(names) < jobs and len(seeds) > len(names):
-        n = min(jobs, len(seeds))
-        return [["--seeds", ",".join(str(s) for s in seeds[k::n])] for k in range(n)]
-    n = min(jobs, len(names))
-    loads, parts = [0.0] * n, [[] for _ in range(n)]
-    for name in sorted(names, key=lambda a: -(1.5 if arms[a].on_pause is not None else 1.0)):  # stable: ties keep order
-        k = loads.index(min(loads))
-        parts[k].append(name)
-        loads[k] += 1.5 if arms[name].on_pause is not None else 1.0
-    return [["--arms", ",".join(sorted(p, key=names.index))] for p in parts]
+def job_splits(arms: dict, seeds: list[int], jobs: int) -> list[list[list[str]]]:
+    """--jobs: what each process slot trains, as the extra arguments of the processes it runs one after
+    another. The runs (arm, seed), arm by arm, are cut into `jobs` contiguous shares whose sizes differ by at
+    most one run (13 arms x 3 seeds on 2 jobs: 20 and 19 runs, not the 21 and 18 of whole arms); a share is one
+    process per stretch of arms with the same seeds (`--arms A,B --seeds 0,1,2`). The warm start is trained once
+    per slot and then read from disk (`_warm_start`). Argparse keeps the last value of a repeated option, so
+    these override the parent's own --arms / --seeds."""
+    runs = [(a, s) for a in arms for s in seeds]
+    n = max(1, min(jobs, len(runs)))
+    sizes = [len(runs) // n + (k < len(runs) % n) for k in range(n)]
+    out, at = [], 0
+    for size in sizes:
+        by_arm = []  # [(arm, [seeds])] in the study's order
+        for a, s in runs[at:at + size]:
+            if by_arm and by_arm[-1][0] == a:
+                by_arm[-1][1].append(s)
+            else:
+                by_arm.append((a, [s]))
+        at += size
+        pieces = []  # [([arms], [seeds])]: neighbouring arms with the same seeds share a process
+        for a, ss in by_arm:
+            if pieces and pieces[-1][1] == ss:
+                pieces[-1][0].append(a)
+            else:
+                pieces.append(([a], ss))
+        out.append([["--arms", ",".join(a), "--seeds", ",".join(map(str, ss))] for a, ss in pieces])
+    return out
 
 
-def run_jobs(commands: list[list[str]], log_dir: str) -> float:
-    """Run `commands` at once, process k pinned to core k mod the cores this process may use (a one-core
-    process has its own float reduction order, the same on every run: the shipped study results were trained
-    that way), output to `log_dir/job<k>.log`. Waits for all; SystemExit naming each failed job's log and its
-    last lines. Returns the wall seconds."""
+def run_jobs(jobs: list[list[list[str]]], log_dir: str) -> float:
+    """Run the process slots `jobs` at once, each its commands one after another, slot k pinned to core k mod
+    the cores this process may use (a one-core process has its own float reduction order, the same on every
+    run: the shipped study results were trained that way), its output in `log_dir/job<k>.log`. Waits for all;
+    a slot stops at its first failed command. SystemExit naming each failed slot's log and its last lines.
+    Returns the wall seconds."""
     os.makedirs(log_dir, exist_ok=True)
     pin = hasattr(os, "sched_setaffinity")
     cores = sorted(os.sched_getaffinity(0)) if pin else []
-    start, procs = time.perf_counter(), []
-    for k, cmd in enumerate(commands):
+
+    def slot(k: int) -> tuple[int, str]:
         log = os.path.join(log_dir, f"job{k}.log")
-        core = cores[k % len(cores)] if pin else None
-        print(f"job {k}{f' (core {core})' if pin else ''}: {shlex.join(cmd[2:])} > {log}", flush=True)
+        if pin:  # this thread only (Linux: pid 0 is the calling thread); the processes it starts inherit it
+            os.sched_setaffinity(0, {cores[k % len(cores)]})
         with open(log, "w") as f:
-            if pin:  # the child inherits the affinity of the thread that starts it
-                mine = os.sched_getaffinity(0)
-                os.sched_setaffinity(0, {core})
-                try:
-                    procs.append((subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT), log))
-                finally:
-                    os.sched_setaffinity(0, mine)
-            else:
-                procs.append((subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT), log))
-    failed = [(p.wait(), log) for p, log in procs]
-    failed = [(rc, log) for rc, log in failed if rc != 0]
+            for cmd in jobs[k]:
+                f.write(f"$ {shlex.join(cmd)}\n")
+                f.flush()
+                rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT).returncode
+                if rc != 0:
+                    return rc, log
+        return 0, log
+
+    start = time.perf_counter()
+    for k, cmds in enumerate(jobs):
+        where = f" (core {cores[k % len(cores)]})" if pin else ""
+        print(f"job {k}{where}, {len(cmds)} process(es), log {os.path.join(log_dir, f'job{k}.log')}:", flush=True)
+        for cmd in cmds:
+            print(f"    {shlex.join(cmd[1:])}", flush=True)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, len(jobs))) as pool:
+        ended = list(pool.map(slot, range(len(jobs))))
+    failed = [(rc, log) for rc, log in ended if rc != 0]
     if failed:
         tails = [f"{log} (exit {rc}):\n" + "".join(open(log).readlines()[-15:]) for rc, log in failed]
         raise SystemExit("--jobs: a job failed; the finished runs stay in place\n" + "\n".join(tails))
@@ -285,13 +308,49 @@ def run_study(base: TrainConfig, arms: dict[str, Arm], *, seeds, out: str, sft: 
 
 
 def _warm_start(cfg: TrainConfig, run_dir: str, n_valid: int, sft: dict):
-    """The supervised warm start of `cfg.seed` (model init, data order, validation rows): (params, summary)."""
+    """The supervised warm start of `cfg.seed` (model init, data order, validation rows): (params, summary).
+
+    Kept in `run_dir` (warm_start.msgpack, and warm_start.json with what made it): a later process of the same
+    study (another --jobs piece, a rerun of one arm) loads it instead of training it again when the config,
+    the warm-start settings and n_valid are the same, so every arm of a study starts from the same bits even
+    when processes differ in core count (a one-core and a two-core process train different warm starts)."""
     warm = Trainer(override(cfg, ["logging.tensorboard=false"]), run_dir, quiet=True)
+    made_by = json.loads(json.dumps({"config": to_dict(warm.cfg), "sft": sft, "n_valid": n_valid,
+                                     "code": _code_digest(), "packages": package_versions()}))
+    meta_path, blob_path = (os.path.join(run_dir, f"warm_start.{x}") for x in ("json", "msgpack"))
+    template = warm.policy_params()
+    if os.path.exists(meta_path) and os.path.exists(blob_path):
+        with open(meta_path) as f:
+            meta = json.load(f)
+        if meta.get("made_by") == made_by:
+            with open(blob_path, "rb") as f:
+                params = flax.serialization.from_bytes(template, f.read())
+            warm.logger.close()
+            print(f"warm start: loaded {blob_path}", flush=True)
+            return params, meta["summary"]
+        print(f"warm start: {meta_path} was made with other settings; training it again", flush=True)
     valid = warm.task.generate("valid", n_valid, cfg.seed)
-    params, summary = warm_start(warm.actor, warm.policy_params(), warm.stream.rows, valid,
+    params, summary = warm_start(warm.actor, template, warm.stream.rows, valid,
                                  solution=warm.task.solution, seed=cfg.seed, log=(lambda *_: None), **sft)
     warm.logger.close()
+    blob = flax.serialization.to_bytes(params)
+    atomic_write(blob_path, lambda f: f.write(blob))  # the blob first: a json without it is never read
+    atomic_write_text(meta_path, json.dumps({"made_by": made_by, "summary": summary}, indent=1, default=float))
     return params, summary
+
+
+def _code_digest() -> str:
+    """sha256 of the grpo_jax package's sources: a cached warm start made by other code is not reused."""
+    root = os.path.dirname(os.path.abspath(grpo_jax.__file__))
+    h = hashlib.sha256()
+    for dirpath, dirnames, files in sorted(os.walk(root)):
+        dirnames.sort()
+        for name in sorted(f for f in files if f.endswith(".py")):
+            path = os.path.join(dirpath, name)
+            h.update(os.path.relpath(path, root).encode() + b"\0")
+            with open(path, "rb") as f:
+                h.update(f.read() + b"\0")
+    return h.hexdigest()
 
 
 def last_mean(rows: list[dict], key: str, n: int = 20) -> float:

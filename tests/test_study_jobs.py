@@ -1,66 +1,102 @@
-"""--jobs: a study's arms split over processes pinned one core each, then summarized together."""
+"""--jobs: a study's runs split over processes pinned one core each, sharing one warm start kept on disk."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
 import sys
 
+import jax
+import numpy as np
 import pytest
 
 from tests.test_train import ROOT
 
 sys.path.insert(0, os.path.join(ROOT, "experiments"))
 
+import study  # noqa: E402
 from study import Arm, job_splits, run_jobs  # noqa: E402
 
 
-def _arms(names, pausing=()):
-    return {n: Arm(on_pause=(("x=1",) if n in pausing else None)) for n in names}
+def _arms(names):
+    return {n: Arm() for n in names}
 
 
-def test_job_splits_cover_each_arm_once_and_balance_the_cost():
-    arms = _arms([f"a{i}" for i in range(13)], pausing=("a12",))
-    parts = job_splits(arms, [0, 1, 2], 2)
-    names = [p[1].split(",") for p in parts]
-    assert all(p[0] == "--arms" for p in parts) and len(parts) == 2
-    assert sorted(sum(names, [])) == sorted(arms)  # every arm once
-    # costs 12 x 1 + 1.5 = 13.5: the best split is 7 / 6.5 (a12 with five others)
-    cost = [sum(1.5 if n == "a12" else 1.0 for n in ns) for ns in names]
-    assert sorted(cost) == [6.5, 7.0], names
-    assert all(ns == sorted(ns, key=list(arms).index) for ns in names)  # each job keeps the study's order
-    # more jobs than arms: the seeds are split instead; never more jobs than there is work
-    assert job_splits(_arms(["a"]), [0, 1, 2], 2) == [["--seeds", "0,2"], ["--seeds", "1"]]
-    assert job_splits(_arms(["a", "b"]), [0], 8) == [["--arms", "a"], ["--arms", "b"]]
+def test_job_splits_cover_each_run_once_in_near_equal_shares():
+    arms = _arms([f"a{i}" for i in range(13)])
+    jobs = job_splits(arms, [0, 1, 2], 2)
+    runs = [[(a, int(s)) for p in job for a in p[1].split(",") for s in p[3].split(",")] for job in jobs]
+    assert all(p[0] == "--arms" and p[2] == "--seeds" for job in jobs for p in job)
+    assert sorted(sum(runs, [])) == sorted((a, s) for a in arms for s in (0, 1, 2))  # every run once
+    assert [len(r) for r in runs] == [20, 19]  # 39 runs: not 21 / 18 as whole arms would split
+    # arm a6 is cut: seeds 0, 1 in the first share, 2 in the second; the rest travel as whole arms
+    first, rest = ",".join(f"a{i}" for i in range(6)), ",".join(f"a{i}" for i in range(7, 13))
+    assert jobs[0] == [["--arms", first, "--seeds", "0,1,2"], ["--arms", "a6", "--seeds", "0,1"]]
+    assert jobs[1] == [["--arms", "a6", "--seeds", "2"], ["--arms", rest, "--seeds", "0,1,2"]]
+    one = job_splits(_arms(["a"]), [0, 1, 2], 2)
+    assert one == [[["--arms", "a", "--seeds", "0,1"]], [["--arms", "a", "--seeds", "2"]]]
+    two = job_splits(_arms(["a", "b"]), [0], 8)  # never more slots than runs
+    assert two == [[["--arms", "a", "--seeds", "0"]], [["--arms", "b", "--seeds", "0"]]]
 
 
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="no CPU affinity on this platform")
-def test_run_jobs_pins_each_job_to_one_core_and_names_a_failed_log(tmp_path):
+def test_run_jobs_pins_each_slot_to_one_core_runs_its_commands_in_turn_and_names_a_failed_log(tmp_path):
     cores = sorted(os.sched_getaffinity(0))
     show = [sys.executable, "-c", "import os; print(sorted(os.sched_getaffinity(0)))"]
-    wall = run_jobs([show, show, show], str(tmp_path / "ok"))
-    seen = [json.loads((tmp_path / "ok" / f"job{k}.log").read_text()) for k in range(3)]
-    assert seen == [[cores[k % len(cores)]] for k in range(3)] and wall > 0
-    assert sorted(os.sched_getaffinity(0)) == cores  # this process's affinity is restored
+    wall = run_jobs([[show], [show, show], [show]], str(tmp_path / "ok"))
+    for k, n in enumerate((1, 2, 1)):
+        lines = (tmp_path / "ok" / f"job{k}.log").read_text().splitlines()
+        seen = [json.loads(line) for line in lines if line.startswith("[")]
+        assert seen == [[cores[k % len(cores)]]] * n and sum(line.startswith("$ ") for line in lines) == n
+    assert sorted(os.sched_getaffinity(0)) == cores and wall > 0  # this thread's affinity is untouched
     fail = [sys.executable, "-c", "print('the last words'); raise SystemExit(3)"]
     with pytest.raises(SystemExit) as e:
-        run_jobs([show, fail], str(tmp_path / "bad"))
+        run_jobs([[show], [fail, show]], str(tmp_path / "bad"))
     msg = str(e.value)
     assert "job1.log (exit 3)" in msg and "the last words" in msg and "job0.log" not in msg
+    assert (tmp_path / "bad" / "job1.log").read_text().count("$ ") == 1  # the slot stopped at its failure
 
 
-def test_reward_collapse_jobs_trains_every_arm_and_summarizes_them(tmp_path):
+def test_warm_start_is_kept_and_reused_only_with_the_same_settings(tmp_path, monkeypatch):
+    from reward_collapse import SFT_SMOKE, get_config
+
+    cfg = get_config(smoke=True)
+    sft = {k: v for k, v in SFT_SMOKE.items() if k != "n_valid"}  # run_study passes n_valid on its own
+    params, summary = study._warm_start(cfg, str(tmp_path), 20, dict(sft))
+    calls = []
+    real = study.warm_start
+    monkeypatch.setattr(study, "warm_start", lambda *a, **k: calls.append(1) or real(*a, **k))
+    again, summary_again = study._warm_start(cfg, str(tmp_path), 20, dict(sft))
+    assert calls == [] and summary_again["sft_steps"] == summary["sft_steps"]  # read from disk, not trained
+    for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(again), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    # other settings (here n_valid, then the seed) are trained again, and their warm start replaces the kept one
+    study._warm_start(cfg, str(tmp_path), 21, dict(sft))
+    assert calls == [1]
+    other, _ = study._warm_start(dataclasses.replace(cfg, seed=cfg.seed + 1), str(tmp_path), 21, dict(sft))
+    assert calls == [1, 1]
+    assert any(not np.array_equal(np.asarray(a), np.asarray(b))
+               for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(other)))
+
+
+def test_reward_collapse_jobs_trains_every_run_once_and_summarizes_them(tmp_path):
     cmd = [sys.executable, "experiments/reward_collapse.py", "--smoke", "--quiet", "--out", str(tmp_path), "--arms",
-           "grpo,gdpo", "--jobs", "2"]
+           "grpo,gdpo,per_dim", "--seeds", "0,1", "--jobs", "2"]
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stderr[-3000:]
-    study = json.loads((tmp_path / "results.json").read_text())
-    assert set(study["results"]) == {"grpo", "gdpo"} and study["jobs"] == 2 and study["wall_seconds"] > 0
-    for k, arm in enumerate(("grpo", "gdpo")):  # each arm trained by its own job, one core each
+    study_json = json.loads((tmp_path / "results.json").read_text())
+    assert study_json["jobs"] == 2 and study_json["wall_seconds"] > 0
+    assert {a: [r["seed"] for r in runs] for a, runs in study_json["results"].items()} == {
+        "grpo": [0, 1], "gdpo": [0, 1], "per_dim": [0, 1]}
+    for arm in ("grpo", "gdpo", "per_dim"):
+        for seed in (0, 1):
+            rows = [json.loads(line) for line in open(tmp_path / arm / f"seed{seed}" / "metrics.jsonl")]
+            steps = json.loads((tmp_path / arm / f"seed{seed}" / "config.json").read_text())["steps"]
+            assert max(r["step"] for r in rows) == steps > 0
+    # 6 runs in shares of 3: each slot runs two processes, and its second reads the warm start its first kept
+    for k in (0, 1):
         log = (tmp_path / "jobs" / f"job{k}.log").read_text()
-        assert f"--arms {arm} --jobs 1 --quiet" in out.stdout and "Traceback" not in log
-        rows = [json.loads(line) for line in open(tmp_path / arm / "seed0" / "metrics.jsonl")]
-        steps = json.loads((tmp_path / arm / "seed0" / "config.json").read_text())["steps"]
-        assert max(r["step"] for r in rows) == steps > 0 and [r["seed"] for r in study["results"][arm]] == [0]
-    assert "grpo" in (tmp_path / "results.md").read_text() and "gdpo" in (tmp_path / "results.md").read_text()
+        assert log.count("$ ") == 2 and log.count("warm start: loaded") == 1 and "Traceback" not in log, log[-2000:]
+    assert "--arms gdpo --seeds 0 --jobs 1 --quiet" in out.stdout
