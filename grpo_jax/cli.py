@@ -52,9 +52,9 @@ def parse_args(argv=None, *, description: str = "", get_config=None):
                          "then vary the RL alone; default: --seed's value); -1: one warm start per seed")
     ap.add_argument("--arms", default=None, metavar="A1,A2,...", help="studies only: the arms to train (default: all)")
     ap.add_argument("--jobs", type=int, default=1, metavar="N",
-                    help="studies only: train the arms in N processes, each pinned to one CPU core (core k mod the "
-                         "cores this process may use), logs in --out/jobs/, then summarize them all; 1 (default): "
-                         "one process on every core")
+                    help="studies only: cut the runs (arm, seed) into N near-equal shares, each trained by processes "
+                         "pinned to one CPU core (core k mod the cores this process may use; logs in --out/jobs/), "
+                         "then summarize them all; 1 (default): one process on every core")
     ap.add_argument("--summarize-only", action="store_true",
                     help="studies only: rebuild results.md / results.json / plots from the runs already in --out "
                          "(e.g. after training seeds in separate processes with --seeds)")
