@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
-import hashlib
 import json
 import os
 import shlex
@@ -27,10 +26,9 @@ matplotlib.use("Agg")  # before pyplot: files only, no display
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-import grpo_jax  # noqa: E402
 from grpo_jax.config import TrainConfig, override, to_dict  # noqa: E402
 from grpo_jax.fileio import atomic_write, atomic_write_text  # noqa: E402
-from grpo_jax.provenance import package_versions  # noqa: E402
+from grpo_jax.provenance import package_versions, source_digest  # noqa: E402
 from grpo_jax.runlog import read_jsonl  # noqa: E402
 from grpo_jax.sft import warm_start  # noqa: E402
 from grpo_jax.train import Trainer  # noqa: E402
@@ -316,7 +314,7 @@ def _warm_start(cfg: TrainConfig, run_dir: str, n_valid: int, sft: dict):
     when processes differ in core count (a one-core and a two-core process train different warm starts)."""
     warm = Trainer(override(cfg, ["logging.tensorboard=false"]), run_dir, quiet=True)
     made_by = json.loads(json.dumps({"config": to_dict(warm.cfg), "sft": sft, "n_valid": n_valid,
-                                     "code": _code_digest(), "packages": package_versions()}))
+                                     "code": source_digest(), "packages": package_versions()}))
     meta_path, blob_path = (os.path.join(run_dir, f"warm_start.{x}") for x in ("json", "msgpack"))
     template = warm.policy_params()
     if os.path.exists(meta_path) and os.path.exists(blob_path):
@@ -337,20 +335,6 @@ def _warm_start(cfg: TrainConfig, run_dir: str, n_valid: int, sft: dict):
     atomic_write(blob_path, lambda f: f.write(blob))  # the blob first: a json without it is never read
     atomic_write_text(meta_path, json.dumps({"made_by": made_by, "summary": summary}, indent=1, default=float))
     return params, summary
-
-
-def _code_digest() -> str:
-    """sha256 of the grpo_jax package's sources: a cached warm start made by other code is not reused."""
-    root = os.path.dirname(os.path.abspath(grpo_jax.__file__))
-    h = hashlib.sha256()
-    for dirpath, dirnames, files in sorted(os.walk(root)):
-        dirnames.sort()
-        for name in sorted(f for f in files if f.endswith(".py")):
-            path = os.path.join(dirpath, name)
-            h.update(os.path.relpath(path, root).encode() + b"\0")
-            with open(path, "rb") as f:
-                h.update(f.read() + b"\0")
-    return h.hexdigest()
 
 
 def last_mean(rows: list[dict], key: str, n: int = 20) -> float:

@@ -72,6 +72,20 @@ def git_state(directory: str = _PACKAGE_DIR) -> dict[str, Any]:
     return {"commit": commit, "dirty": dirty}
 
 
+def source_digest(root: str = os.path.join(_PACKAGE_DIR, "grpo_jax")) -> str:
+    """sha256 of the .py sources under `root` (paths and contents, in sorted order): what `git_state`'s dirty
+    flag cannot tell apart, e.g. whether a cached artifact was made by this exact code."""
+    h = hashlib.sha256()
+    for dirpath, dirnames, files in sorted(os.walk(root)):
+        dirnames.sort()
+        for name in sorted(f for f in files if f.endswith(".py")):
+            path = os.path.join(dirpath, name)
+            h.update(os.path.relpath(path, root).encode() + b"\0")
+            with open(path, "rb") as f:
+                h.update(f.read() + b"\0")
+    return h.hexdigest()
+
+
 def file_digest(path: str) -> dict[str, Any]:
     """{"path" (as given), "sha256", "bytes"} of a file, read in 1 MiB blocks (data files may be large)."""
     h, size = hashlib.sha256(), 0
