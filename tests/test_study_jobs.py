@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 
+import flax
 import jax
 import numpy as np
 import pytest
@@ -81,9 +82,19 @@ def test_warm_start_is_kept_and_reused_only_with_the_same_settings(tmp_path, mon
                for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(other)))
 
 
+# At --smoke scale the warm start answers nothing right and nothing formatted, so math and format do not vary
+# within a group and every advantage is 0. A length penalty (target 1 token, the sampler's token counts) varies
+# with where each completion stops: the runs get a gradient, and the test can see that each slot trained.
+SMOKE_REWARDS = json.dumps([{"name": "math", "weight": 1.0},
+                            {"name": "format", "weight": 4.0, "kwargs": {"require_answer_tag": True}},
+                            {"name": "length", "weight": 1.0, "kwargs": {"target": 1, "scale": 14}}])
+
+
 def test_reward_collapse_jobs_trains_every_run_once_and_summarizes_them(tmp_path):
+    from pass_at_k import restore_policy
+
     cmd = [sys.executable, "experiments/reward_collapse.py", "--smoke", "--quiet", "--out", str(tmp_path), "--arms",
-           "grpo,gdpo,per_dim", "--seeds", "0,1", "--jobs", "2"]
+           "grpo,gdpo,per_dim", "--seeds", "0,1", "--jobs", "2", "--set", f"rewards.specs={SMOKE_REWARDS}"]
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stderr[-3000:]
     study_json = json.loads((tmp_path / "results.json").read_text())
@@ -95,8 +106,18 @@ def test_reward_collapse_jobs_trains_every_run_once_and_summarizes_them(tmp_path
             rows = [json.loads(line) for line in open(tmp_path / arm / f"seed{seed}" / "metrics.jsonl")]
             steps = json.loads((tmp_path / arm / f"seed{seed}" / "config.json").read_text())["steps"]
             assert max(r["step"] for r in rows) == steps > 0
+            assert all(r["grad_norm"] > 0 for r in rows if "grad_norm" in r), (arm, seed)  # a gradient every step
+            assert sum("grad_norm" in r for r in rows) == steps
     # 6 runs in shares of 3: each slot runs two processes, and its second reads the warm start its first kept
     for k in (0, 1):
         log = (tmp_path / "jobs" / f"job{k}.log").read_text()
         assert log.count("$ ") == 2 and log.count("warm start: loaded") == 1 and "Traceback" not in log, log[-2000:]
     assert "--arms gdpo --seeds 0 --jobs 1 --quiet" in out.stdout
+    # the first run of slot 0 and the last of slot 1 ended with other params than the warm start they began from
+    with open(tmp_path / "warm_start" / "seed0" / "warm_start.msgpack", "rb") as f:
+        blob = f.read()
+    for arm, seed in (("grpo", 0), ("per_dim", 1)):
+        _, params, step = restore_policy(str(tmp_path / arm / f"seed{seed}"), str(tmp_path / f"scratch_{arm}"))
+        start = flax.serialization.from_bytes(params, blob)
+        assert step > 0 and any(not np.array_equal(np.asarray(a), np.asarray(b))
+                                for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(start), strict=True)), arm
