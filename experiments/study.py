@@ -70,16 +70,19 @@ OBJECTIVE_ARMS = {
 }
 
 
-def select_arms(arms: dict, names: str | None) -> dict:
+def select_arms(arms: dict, names: str | None, extra: dict | None = None) -> dict:
     """The study's own arms (all of them without --arms), or the ones --arms names, in the order given; the
-    names of OBJECTIVE_ARMS are accepted too. An unknown name is an error listing the known ones."""
+    names of `extra` (a study's arms that it does not run by default) and of OBJECTIVE_ARMS are accepted too.
+    An unknown name is an error listing the known ones."""
     if not names:
         return dict(arms)
-    known = {**arms, **{k: v for k, v in OBJECTIVE_ARMS.items() if k not in arms}}
+    extra = extra or {}
+    known = {**arms, **extra, **{k: v for k, v in OBJECTIVE_ARMS.items() if k not in arms and k not in extra}}
     wanted = [n.strip() for n in names.split(",") if n.strip()]
     unknown = [n for n in wanted if n not in known]
     if unknown:
-        raise SystemExit(f"--arms: unknown arm(s) {', '.join(unknown)}; this study's arms: {', '.join(arms)}; "
+        also = f"; not run by default: {', '.join(extra)}" if extra else ""
+        raise SystemExit(f"--arms: unknown arm(s) {', '.join(unknown)}; this study's arms: {', '.join(arms)}{also}; "
                          f"objective arms: {', '.join(OBJECTIVE_ARMS)}")
     return {n: known[n] for n in wanted}
 
@@ -98,15 +101,15 @@ def study_settings(args, cfg: TrainConfig, default_out: str, *, warm: dict, smok
 
 
 def launch(argv, *, doc: str, get_config, arms: dict, default_out: str, summarize, warm: dict, smoke_warm: dict,
-           smoke_arms: dict | None = None):
+           smoke_arms: dict | None = None, extra_arms: dict | None = None):
     """What every study's main() starts with: parse the command line, pick the arms (`select_arms`; from
-    `smoke_arms` with --smoke when given), train
+    `smoke_arms` with --smoke when given; `extra_arms` by name only), train
     (or with --summarize-only collect) every arm and seed. Returns (args, cfg, out, arms, warm_seed, study)."""
     from grpo_jax.cli import parse_args
 
     args, cfg = parse_args(argv, description=doc, get_config=get_config)
     out, seeds, sft, warm_seed = study_settings(args, cfg, default_out, warm=warm, smoke_warm=smoke_warm)
-    arms = select_arms(smoke_arms if args.smoke and smoke_arms else arms, args.arms)
+    arms = select_arms(smoke_arms if args.smoke and smoke_arms else arms, args.arms, extra_arms)
     if args.jobs < 1:
         raise SystemExit(f"--jobs: {args.jobs}; give 1 or more processes")
     wall = None

@@ -18,7 +18,7 @@ from tests.test_train import ROOT
 sys.path.insert(0, os.path.join(ROOT, "experiments"))
 
 import study  # noqa: E402
-from study import Arm, job_splits, run_jobs  # noqa: E402
+from study import Arm, job_splits, run_jobs, select_arms  # noqa: E402
 
 
 def _arms(names):
@@ -40,6 +40,15 @@ def test_job_splits_cover_each_run_once_in_near_equal_shares():
     assert one == [[["--arms", "a", "--seeds", "0,1"]], [["--arms", "a", "--seeds", "2"]]]
     two = job_splits(_arms(["a", "b"]), [0], 8)  # never more slots than runs
     assert two == [[["--arms", "a", "--seeds", "0"]], [["--arms", "b", "--seeds", "0"]]]
+
+
+def test_select_arms_runs_extra_arms_by_name_only_and_names_them_in_the_error():
+    arms, extra = _arms(["none", "lower_lr"]), {"kl_passk": Arm(("loss.beta=0.1",))}
+    assert list(select_arms(arms, None, extra)) == ["none", "lower_lr"]  # the default leaves the extra arm out
+    picked = select_arms(arms, "kl_passk,none,gspo", extra)
+    assert list(picked) == ["kl_passk", "none", "gspo"] and picked["kl_passk"] is extra["kl_passk"]
+    with pytest.raises(SystemExit, match="not run by default: kl_passk"):
+        select_arms(arms, "kl_pass", extra)
 
 
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="no CPU affinity on this platform")
