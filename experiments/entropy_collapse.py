@@ -2,7 +2,7 @@
 no control against eleven controls and the documented pause-and-rollback, on 3-digit addition.
 
     python experiments/entropy_collapse.py --jobs 2            # 13 arms x 3 seeds -> runs/entropy_collapse/results.md
-                                                               # (two one-core processes: about 111 min on 2 cores)
+                                                               # (two one-core processes: about 112 min on 2 cores)
     python experiments/entropy_collapse.py --arms none,adaptive_temperature --seeds 3,4
     python experiments/entropy_collapse.py --smoke             # seconds; what the tests run
 
