@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import itertools
 import json
 import os
 import shlex
@@ -138,19 +139,10 @@ def job_splits(arms: dict, seeds: list[int], jobs: int) -> list[list[list[str]]]
     sizes = [len(runs) // n + (k < len(runs) % n) for k in range(n)]
     out, at = [], 0
     for size in sizes:
-        by_arm = []  # [(arm, [seeds])] in the study's order
-        for a, s in runs[at:at + size]:
-            if by_arm and by_arm[-1][0] == a:
-                by_arm[-1][1].append(s)
-            else:
-                by_arm.append((a, [s]))
-        at += size
-        pieces = []  # [([arms], [seeds])]: neighbouring arms with the same seeds share a process
-        for a, ss in by_arm:
-            if pieces and pieces[-1][1] == ss:
-                pieces[-1][0].append(a)
-            else:
-                pieces.append(([a], ss))
+        share, at = runs[at:at + size], at + size
+        # [(arm, [seeds])] in the study's order, then neighbouring arms with the same seeds share a process
+        by_arm = [(a, [s for _, s in g]) for a, g in itertools.groupby(share, key=lambda r: r[0])]
+        pieces = [([a for a, _ in g], ss) for ss, g in itertools.groupby(by_arm, key=lambda p: p[1])]
         out.append([["--arms", ",".join(a), "--seeds", ",".join(map(str, ss))] for a, ss in pieces])
     return out
 
