@@ -6,7 +6,7 @@ checkpointing per decoder layer (`ModelConfig.remat`: none / full / dots).
     python experiments/bench_remat.py --smoke          # seconds: 2 layers, width 64, 2 x 32 tokens
 
 What is compiled: `jax.jit(jax.value_and_grad(micro_loss, has_aux=True)).lower(...).compile()` for the loss
-the trainer differentiates (`grpo_jax.train.make_micro_loss`: teacher-forced forward over prompt +
+the trainer differentiates (`grpo_jax.update.make_micro_loss`: teacher-forced forward over prompt +
 completion, GRPO clipped loss with a KL term, beta 0.04), one microbatch, no optimizer. Inputs are
 `jax.ShapeDtypeStruct`s and the params come from `jax.eval_shape`, so nothing is allocated to compile, and
 the 0.5B case only compiles. The figures are `compiled.memory_analysis()` fields: `temp_size_in_bytes`
@@ -96,9 +96,9 @@ def compile_mode(mc, cfg, mode: str, inputs: tuple):
     """The compiled value-and-grad of the training loss with `remat=mode`, and the seconds it took."""
     import jax
 
-    from grpo_jax import train
+    from grpo_jax import update
 
-    grad_fn = jax.jit(jax.value_and_grad(train.make_micro_loss(mc.replace(remat=mode), cfg), has_aux=True))
+    grad_fn = jax.jit(jax.value_and_grad(update.make_micro_loss(mc.replace(remat=mode), cfg), has_aux=True))
     start = time.perf_counter()
     compiled = grad_fn.lower(*inputs).compile()
     return compiled, time.perf_counter() - start
@@ -111,9 +111,9 @@ def residual_bytes(mc, cfg, mode: str, inputs: tuple) -> int:
     import jax
     import numpy as np
 
-    from grpo_jax import train
+    from grpo_jax import update
 
-    loss = train.make_micro_loss(mc.replace(remat=mode), cfg)
+    loss = update.make_micro_loss(mc.replace(remat=mode), cfg)
 
     def vjp_closure(params, *rest):
         return jax.vjp(lambda p: loss(p, *rest)[0], params)[1]

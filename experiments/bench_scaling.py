@@ -48,7 +48,7 @@ def build(point: dict, args) -> tuple[dict, dict]:
     import numpy as np
 
     import models
-    from grpo_jax import experience, perf, sampler, train
+    from grpo_jax import experience, perf, sampler, update
     from grpo_jax.config import TrainConfig, override
 
     g, n, width = point.get("group", 8), point.get("new_tokens", 128), point.get("width", 0)
@@ -86,9 +86,9 @@ def build(point: dict, args) -> tuple[dict, dict]:
     rollout_mem = _peak_bytes(sampler._decode.lower(*decode_args, **decode_kw).compile())
 
     batch = experience.batch_from_rollout(ro, jnp.asarray(np.random.RandomState(1).randn(rows).astype(np.float32)))
-    opt = train.make_optimizer(cfg)
-    state = train.init_state(params, opt, keep_reference=True)
-    step = jax.jit(train.make_train_step(mc, cfg, opt))
+    opt = update.make_optimizer(cfg)
+    state = update.initial_state(cfg, mc, params, opt, jax.random.key(0))
+    step = jax.jit(update.make_train_step(mc, cfg, opt))
     key = jax.random.key(5)
     update_mem = _peak_bytes(step.lower(state, batch, key, jnp.float32(0.0)).compile())
     width_p = tokens.shape[1]

@@ -52,7 +52,7 @@ def main(argv=None) -> dict:
     import numpy as np
 
     import models
-    from grpo_jax import experience, perf, sampler, sharding, train
+    from grpo_jax import experience, perf, sampler, sharding, update
     from grpo_jax.config import TrainConfig, override
 
     perf.tune_host_allocator()
@@ -63,11 +63,11 @@ def main(argv=None) -> dict:
     model_cfg = models.preset(args.preset, param_dtype=args.dtype, dtype=args.dtype, **shape)
     mesh = sharding.make_mesh(cfg.mesh)
     params = sharding.init_sharded_params(model_cfg, jax.random.key(0), mesh)
-    opt = train.make_optimizer(cfg)
-    state = train.init_state(params, opt, keep_reference=True)
-    step_fn = jax.jit(train.make_train_step(model_cfg, cfg, opt), donate_argnums=0)
+    opt = update.make_optimizer(cfg)
+    state = update.initial_state(cfg, model_cfg, params, opt, jax.random.key(0))
+    step_fn = jax.jit(update.make_train_step(model_cfg, cfg, opt), donate_argnums=0)
     chunks = cfg.minibatches * cfg.microbatches  # as the train step slices its reference pass
-    ref_fn = jax.jit(lambda prm, bt: train.chunked_logprobs(model_cfg, prm, bt, n, chunks))
+    ref_fn = jax.jit(lambda prm, bt: update.chunked_logprobs(model_cfg, prm, bt, n, chunks))
     row_sharding = sharding.batch_sharding(mesh, 2)
     prompts = jax.device_put(jnp.asarray(np.random.RandomState(0).randint(1, 500, (b, p)) % model_cfg.vocab_size),
                              row_sharding)

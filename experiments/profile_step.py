@@ -42,7 +42,7 @@ def main(argv=None) -> dict:
 
     import models
     from models.rope import rope_positions
-    from grpo_jax import experience, perf, sampler, train
+    from grpo_jax import experience, perf, sampler, update
     from grpo_jax.config import TrainConfig, override
 
     perf.tune_host_allocator()
@@ -117,11 +117,11 @@ def main(argv=None) -> dict:
     chunks = args.microbatches
     fwd_flops = perf.forward_flops(mc, rows, seq_len)
     fwd_bytes = perf.forward_bytes(mc, rows, seq_len, itemsize)
-    ref_fn = jax.jit(lambda prm, bt: train.chunked_logprobs(mc, prm, bt, n, chunks))
+    ref_fn = jax.jit(lambda prm, bt: update.chunked_logprobs(mc, prm, bt, n, chunks))
     ref_logp = ref_fn(params, batch)
     parts["reference forward"] = (perf.median_time(lambda: block(ref_fn(params, batch)), reps), fwd_flops, fwd_bytes)
 
-    micro_loss = train.make_micro_loss(mc, cfg)
+    micro_loss = update.make_micro_loss(mc, cfg)
     split = lambda x: x.reshape((chunks, rows // chunks) + x.shape[1:])  # noqa: E731
     sliced = jax.tree.map(split, (batch, ref_logp))
     key = jax.random.key(4)
@@ -143,7 +143,7 @@ def main(argv=None) -> dict:
     parts["policy loss forward"] = (perf.median_time(lambda: block(loss_forward(params)), reps), fwd_flops, fwd_bytes)
     parts["policy loss forward+backward"] = (perf.median_time(lambda: block(loss_grad(params)), reps), 3 * fwd_flops,
                                              3 * fwd_bytes)
-    opt = train.make_optimizer(cfg)
+    opt = update.make_optimizer(cfg)
     opt_state = opt.init(params)
     grads = loss_grad(params)[0]
 
@@ -157,8 +157,8 @@ def main(argv=None) -> dict:
                                          12.0 * n_params, 4 * itemsize * n_params * 2)
 
     if args.trace:
-        state = train.init_state(params, opt, keep_reference=True)
-        step_fn = jax.jit(train.make_train_step(mc, cfg, opt))
+        state = update.initial_state(cfg, mc, params, opt, jax.random.key(0))
+        step_fn = jax.jit(update.make_train_step(mc, cfg, opt))
         block(step_fn(state, batch, key, jnp.float32(0.0)))
         with jax.profiler.trace(args.trace):
             rollout()

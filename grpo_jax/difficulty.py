@@ -14,16 +14,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import tempfile
 
 import jax
 import numpy as np
 
+from grpo_jax import build, experience, export, update
 from grpo_jax import data as data_lib
-from grpo_jax import experience
-from grpo_jax.checkpoint import Checkpointer
+from grpo_jax import tasks as tasks_lib
 from grpo_jax.config import TrainConfig, from_dict, override
-from grpo_jax.train import Trainer
 
 
 def estimate_pass_rates(actor: experience.Actor, params, rows, *, k: int, temperature: float, seed: int = 0,
@@ -40,15 +38,15 @@ def estimate_pass_rates(actor: experience.Actor, params, rows, *, k: int, temper
     return np.concatenate(rates) if rates else np.zeros(0)
 
 
-def load_policy(trainer: Trainer, run_dir: str, step: int | None = None) -> int:
-    """Put the params of `run_dir`'s checkpoint (newest good one unless `step`) into the trainer."""
-    ck = Checkpointer(os.path.join(run_dir, "checkpoints"))
-    target = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), trainer.state,
-                          trainer.state_shardings)
-    state, _, used = ck.restore(target, step=step)
-    ck.close()
-    trainer.state = state
-    return used
+def load_policy(cfg: TrainConfig, vocab_size: int, run_dir: str | None, step: int | None = None):
+    """(model config, policy params, checkpoint step) of `run_dir`'s checkpoint (newest good one unless
+    `step`), or without a run the freshly initialised model a run of `cfg` would start from (step None)."""
+    if run_dir:
+        _, model_cfg, params, _, used = export.restore_policy(run_dir, step)
+        return model_cfg, params, used
+    init_key = jax.random.fold_in(jax.random.key(cfg.seed), update.INIT_KEY_FOLD)
+    model_cfg, params = build.build_model(cfg, vocab_size, init_key)
+    return model_cfg, params, None
 
 
 def default_output(path: str) -> str:
@@ -73,16 +71,16 @@ def main(argv=None) -> dict:
         with open(os.path.join(args.run, "config.json")) as f:
             cfg = from_dict(TrainConfig, json.load(f))
     cfg = override(cfg, args.overrides + ["logging.progress=false", "logging.tensorboard=false"])
-    with tempfile.TemporaryDirectory() as scratch:  # the trainer's own logs: never touch the run directory
-        trainer = Trainer(cfg, scratch, quiet=True)
-        # the rows as training reads them (format adapted, cleaned, chat-rendered); written back as they were
-        pairs, _ = data_lib.prepare_file(args.data, "--data", trainer.task, cfg.task, trainer.actor.tokenizer,
-                                         action=cfg.task.sanitize)
-        ready = [row for _, row in pairs if row is not None]
-        step = load_policy(trainer, args.run, args.step) if args.run else None
-        rates = iter(estimate_pass_rates(trainer.actor, trainer.policy_params(), ready, k=args.k,
-                                         temperature=cfg.sampling.temperature, seed=args.seed))
-        trainer.logger.close()
+    task = tasks_lib.get_task(cfg.task.name, **dict(cfg.task.options))
+    tokenizer = task.tokenizer()
+    # the rows as training reads them (format adapted, cleaned, chat-rendered); written back as they were
+    pairs, report = data_lib.prepare_file(args.data, "--data", task, cfg.task, tokenizer, action=cfg.task.sanitize)
+    task = tasks_lib.bind_format(task, report["format"])
+    ready = [row for _, row in pairs if row is not None]
+    model_cfg, params, step = load_policy(cfg, tokenizer.vocab_size, args.run, args.step)
+    actor = experience.Actor(model_cfg, tokenizer, build.reward_specs(cfg, task), cfg.sampling)
+    rates = iter(estimate_pass_rates(actor, params, ready, k=args.k, temperature=cfg.sampling.temperature,
+                                     seed=args.seed))
     out = args.out or default_output(args.data)
     # a row the cleaning drops gets no pass rate (training drops it again before the band filter)
     written = [raw if row is None else dict(raw, pass_rate=float(next(rates))) for raw, row in pairs]

@@ -19,7 +19,8 @@ already gives them), so `generate` stops at the policy's EOS.
 Where the params come from: the checkpoint's saved config rebuilds the train state's shapes (model from
 model.preset and the task tokenizer's vocabulary, or model.hf_path's config.json; the optimizer from
 optim.*), and the whole state is restored onto the CPU (params, optimizer moments, reference: about four
-times the policy's size in host memory), then `policy_params_for_export` picks what is written.
+times the policy's size in host memory), then `update.policy_params` picks what is written (with LoRA, the
+adapters merged into the base).
 
 Nothing already written is lost: the export is assembled in a hidden folder beside OUT and renamed into
 place; an OUT that exists and is not empty is refused unless --force, which swaps it out only once the new
@@ -41,7 +42,7 @@ import jax
 
 import models
 from grpo_jax import checkpoint as ckpt_lib
-from grpo_jax import provenance, sharding
+from grpo_jax import build, provenance, sharding, update
 from grpo_jax import tasks as tasks_lib
 from grpo_jax.config import TrainConfig, from_dict
 from grpo_jax.fileio import atomic_write_text
@@ -56,15 +57,6 @@ FORMAT = 1
 class ExportError(RuntimeError):
     """A run, step or model that cannot be exported, or a destination that would be overwritten; the
     message names the run folder, step or path."""
-
-
-def policy_params_for_export(cfg: TrainConfig, model_cfg: ModelConfig, state):
-    """The params to write for a run's policy (a train.TrainState): `train.policy_params`, i.e. the trained
-    params, or with LoRA the adapters merged into the base weights (W + alpha/r * A B), so that the CLI
-    export and the end-of-run export both write the merged policy."""
-    from grpo_jax import train  # train imports this module
-
-    return train.policy_params(model_cfg, cfg, state)
 
 
 def check_exportable(model_cfg: ModelConfig, where: str) -> None:
@@ -156,11 +148,9 @@ def base_config(cfg: TrainConfig) -> dict | None:
 
 def model_config(cfg: TrainConfig, vocab_size: int) -> ModelConfig:
     """The run's ModelConfig without weights: model.hf_path's config.json (dtypes as configured), else the
-    preset with the run's overrides (as `train.build_model` builds them)."""
-    from grpo_jax import train  # train imports this module
-
+    preset with the run's overrides (as `build.build_model` builds them)."""
     if not cfg.model.hf_path:
-        return train.preset_config(cfg.model, vocab_size)
+        return build.preset_config(cfg.model, vocab_size)
     hf = models.hf.config_from_hf(base_config(cfg), where=os.path.join(cfg.model.hf_path, "config.json"))
     return hf.replace(param_dtype=cfg.model.param_dtype, dtype=cfg.model.dtype, remat=cfg.model.remat)
 
@@ -168,12 +158,10 @@ def model_config(cfg: TrainConfig, vocab_size: int) -> ModelConfig:
 def _state_target(cfg: TrainConfig, model_cfg: ModelConfig):
     """The Trainer's TrainState as ShapeDtypeStructs on the CPU: what `Checkpointer.restore` needs to read
     a step (every leaf, the optimizer's and the reference's too, must match)."""
-    from grpo_jax import train
-
-    optimizer = train.make_optimizer(cfg)
+    optimizer = update.make_optimizer(cfg)
     key = jax.random.key(0)  # shapes only
-    abstract = jax.eval_shape(lambda: train.initial_state(cfg, model_cfg, models.init_params(model_cfg, key), optimizer,
-                                                          key))
+    abstract = jax.eval_shape(lambda: update.initial_state(cfg, model_cfg, models.init_params(model_cfg, key),
+                                                           optimizer, key))
     cpu = jax.sharding.SingleDeviceSharding(jax.devices("cpu")[0])
     return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=cpu), abstract)
 
@@ -218,7 +206,7 @@ def restore_policy(run_dir: str, step: int | None = None):
             state, _, used = ckpt.restore(_state_target(cfg, model_cfg), step=step)
         except ckpt_lib.CheckpointError as e:
             raise ExportError(f"{run_dir}: {e}") from None
-    return cfg, model_cfg, policy_params_for_export(cfg, model_cfg, state), tokenizer, used
+    return cfg, model_cfg, update.policy_params(model_cfg, cfg, state), tokenizer, used
 
 
 def _run_info(run_dir: str, step: int, source: str) -> dict[str, Any]:
@@ -239,8 +227,7 @@ def export_trainer(trainer, out: str) -> dict | None:
     """The end-of-run export (checkpoint.export_hf): the Trainer's current policy to `out` (replaced if
     there, e.g. by an earlier segment of a resumed run). Every process joins the gather of the params;
     process 0 writes. Returns export_info on process 0, None on the others."""
-    params = jax.tree.map(sharding.to_host, policy_params_for_export(trainer.cfg, trainer.actor.model_cfg,
-                                                                     trainer.state))
+    params = jax.tree.map(sharding.to_host, update.policy_params(trainer.actor.model_cfg, trainer.cfg, trainer.state))
     if jax.process_index() != 0:
         return None
     return write_export(out, trainer.actor.model_cfg, params, trainer.actor.tokenizer,

@@ -3,7 +3,7 @@
 `config.json` says what was asked for; the manifest says what actually ran, so a result can be traced to
 the code and the rewards that produced it:
 
-- `rewards`: the resolved reward dimensions (`train.reward_specs`: a task's defaults when `rewards.specs`
+- `rewards`: the resolved reward dimensions (`build.reward_specs`: a task's defaults when `rewards.specs`
   is empty), each with the version of the reward that scored it (`rewards.base.reward`: a version is
   bumped whenever a score changes);
 - `regression`: the status of each used reward's regression set (`rewards/regression/<name>.jsonl`) in

@@ -18,7 +18,7 @@ import numpy as np
 import optax
 
 from grpo_jax import data, experience, sampler
-from grpo_jax.train import completion_logprobs
+from grpo_jax.update import completion_logprobs
 
 
 def sft_batch(tokenizer, targets, rows, n_completion: int):

@@ -39,7 +39,8 @@ def _pearson(x: np.ndarray, y: np.ndarray) -> float:
 def test_new_diagnostics_equal_a_numpy_recomputation_from_the_step(tmp_path):
     tr = train.Trainer(tiny_config(*VARIED), str(tmp_path), quiet=True)
     before = _leaves(tr.state.params)
-    m, _, exp, hists = tr.step_once()
+    out = tr.step_once()
+    m, exp, hists = out.metrics, out.experience, out.histograms
     assert m["grad_norm"] > 0 and any((a != b).any() for a, b in zip(before, _leaves(tr.state.params)))
     r = exp.rewards.astype(np.float64)  # [B, G, K]
     w = tr.reward_weights.at(0).astype(np.float64)
@@ -108,7 +109,8 @@ def test_reward_weight_curriculum_runs_through_the_trainer(tmp_path):
     tr = train.Trainer(cfg, str(tmp_path), quiet=True)
     weights = []
     for _ in range(4):
-        m, _, exp, _ = tr.step_once()
+        out = tr.step_once()
+        m, exp = out.metrics, out.experience
         weights.append(m["control/weight/format"])
         w = tr.reward_weights.at(tr.step - 1)
         np.testing.assert_allclose(exp.totals, (exp.rewards * w).sum(-1), rtol=1e-6)
@@ -121,12 +123,13 @@ def test_per_token_temperature_runs_through_the_trainer(tmp_path):
     cfg = tiny_config("steps=2", "sampling.temperature=0.7", "sampling.token_entropy_floor=100.0",
                       "sampling.token_boost=1.5")
     tr = train.Trainer(cfg, str(tmp_path), quiet=True)
-    m, _, exp, _ = tr.step_once()
+    out = tr.step_once()
+    m, exp = out.metrics, out.experience
     mask = np.asarray(exp.rollout.completion_mask) > 0
     np.testing.assert_allclose(np.asarray(exp.rollout.temperatures)[mask], 1.05, rtol=1e-6)
     assert m["logp_gap"] < 1e-4  # teacher forcing divided the logits by the recorded 1.05, as the sampler did
     off = train.Trainer(tiny_config("steps=2", "sampling.temperature=0.7"), str(tmp_path / "off"), quiet=True)
-    _, _, exp_off, _ = off.step_once()
+    exp_off = off.step_once().experience
     np.testing.assert_allclose(np.asarray(exp_off.rollout.temperatures)[np.asarray(exp_off.rollout.completion_mask) > 0],
                                0.7, rtol=1e-6)
 
@@ -147,7 +150,7 @@ def test_dynamic_sampling_asks_the_estimator_which_groups_carry_signal():
 def test_dynamic_sampling_reports_its_rule(tmp_path):
     for estimator, rule in (("grpo", "total_varies"), ("gdpo", "fused_dimensions_vary")):
         cfg = tiny_config(*VARIED, "dynamic.enabled=true", "dynamic.max_rounds=2", f"advantage.estimator={estimator}")
-        m, *_ = train.Trainer(cfg, str(tmp_path / estimator), quiet=True).step_once()
+        m = train.Trainer(cfg, str(tmp_path / estimator), quiet=True).step_once().metrics
         assert m["dynamic/rule"] == rule
 
 

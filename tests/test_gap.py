@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import models
-from grpo_jax import experience, sampler, train
+from grpo_jax import experience, sampler, train, update
 from tests.test_train import (_assert_moved, _assert_real_signal, _assert_same_update, _leaves, signal_config,
                               tiny_config)
 
@@ -20,9 +20,10 @@ def _setup(*extra):
     advantages of both signs) for a tiny model."""
     cfg = tiny_config(*extra)
     model_cfg = models.tiny(vocab_size=58)
-    opt = train.make_optimizer(cfg)
-    state = train.init_state(models.init_params(model_cfg, jax.random.key(0)), opt, keep_reference=False)
-    step = jax.jit(train.make_train_step(model_cfg, cfg, opt))
+    opt = update.make_optimizer(cfg)
+    state = update.initial_state(cfg, model_cfg, models.init_params(model_cfg, jax.random.key(0)), opt,
+                                 jax.random.key(0))
+    step = jax.jit(update.make_train_step(model_cfg, cfg, opt))
     prompts, mask = jnp.full((4, 8), 9), jnp.ones((4, 8), bool)
     ro = sampler.sample(model_cfg, state.params, prompts, mask, key=jax.random.key(1), group_size=4,
                         max_new_tokens=T)
@@ -52,7 +53,7 @@ def test_gap_metrics_measure_a_known_perturbation():
     delta = np.where(rng.random(mask.shape) < 0.3, rng.normal(0, 0.6, mask.shape), 0.0).astype(np.float32)
     perturbed = batch.replace(old_logp=batch.old_logp + delta)
     _, metrics = step(state, perturbed)
-    trainer = train.chunked_logprobs(model_cfg, state.params, batch, T)
+    trainer = update.chunked_logprobs(model_cfg, state.params, batch, T)
     want = _numpy_gap(trainer, perturbed.old_logp, mask, 1.5)
     assert 0.02 < want["gap/token_out_frac"] < 0.5 and 0 < want["gap/seq_out_frac"] < 1  # both sides of C
     for name, value in want.items():

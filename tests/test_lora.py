@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import models
-from grpo_jax import experience, export, sampler, sharding, train
+from grpo_jax import experience, export, sampler, sharding, train, update
 from grpo_jax.config import LORA_TARGETS, LoraConfig, TrainConfig, override
 from grpo_jax.runlog import read_jsonl
 from models import lora
@@ -127,14 +127,14 @@ def _lora_step(*extra, trained=False):
     -1..1 (a gradient by construction)."""
     cfg = tiny_config("lora.rank=4", *extra)
     model_cfg = models.tiny(vocab_size=58)
-    opt = train.make_optimizer(cfg)
-    state = train.initial_state(cfg, model_cfg, models.init_params(model_cfg, jax.random.key(0)), opt,
+    opt = update.make_optimizer(cfg)
+    state = update.initial_state(cfg, model_cfg, models.init_params(model_cfg, jax.random.key(0)), opt,
                                 jax.random.key(9))
     if trained:
         state = state.replace(params=_trained_like(state.params))
-    step = jax.jit(train.make_train_step(model_cfg, cfg, opt))
+    step = jax.jit(update.make_train_step(model_cfg, cfg, opt))
     prompts, mask = jnp.full((4, 8), 9), jnp.ones((4, 8), bool)
-    ro = sampler.sample(model_cfg, train.policy_params(model_cfg, cfg, state), prompts, mask, key=jax.random.key(1),
+    ro = sampler.sample(model_cfg, update.policy_params(model_cfg, cfg, state), prompts, mask, key=jax.random.key(1),
                         group_size=4, max_new_tokens=12)
     batch = experience.batch_from_rollout(ro, jnp.linspace(-1, 1, 16))
     return cfg, model_cfg, state, (lambda st, key: step(st, batch, key, jnp.float32(0.0)))
@@ -155,7 +155,7 @@ def test_only_the_adapters_train_and_the_optimizer_holds_only_them():
     shapes = sorted(x.shape for x in jax.tree.leaves(state.opt_state) if x.ndim)
     assert shapes == sorted(2 * [x.shape for x in jax.tree.leaves(state.params)])
     assert sum(x.size for x in jax.tree.leaves(state.opt_state) if x.ndim) == 2 * n_adapter < n_base
-    assert state.ref_params == {} and train.reference_params(cfg, state) is state.base  # the base is the reference
+    assert state.ref_params == {} and update.reference_params(cfg, state) is state.base  # the base is the reference
     base0, a0, b0 = _leaves(state.base), _part(state.params, "a"), _part(state.params, "b")
     first, m1 = step(state, jax.random.key(2))
     _assert_real_signal([float(m1["grad_norm"])], [float(m1["skipped"])])
@@ -238,11 +238,11 @@ def test_trainer_rolls_out_and_exports_the_merged_policy(tmp_path, monkeypatch):
     # the exports (end of run and from the checkpoint) hold W + scale A B; transformers agrees with the
     # attached forward on them
     model_cfg = tr.actor.model_cfg
-    final = train.policy_params(model_cfg, tr.cfg, tr.state)
+    final = update.policy_params(model_cfg, tr.cfg, tr.state)
     export.main([str(out), str(tmp_path / "cli")])
     tokens = np.asarray(jax.random.randint(jax.random.key(3), (2, 9), 0, model_cfg.vocab_size))
     pos = text_positions(np.ones_like(tokens))
-    attached = models.forward(model_cfg, train.forward_params(tr.cfg, tr.state.params, tr.state.base),
+    attached = models.forward(model_cfg, update.forward_params(tr.cfg, tr.state.params, tr.state.base),
                               jnp.asarray(tokens), pos)[0]
     for folder in (out / "hf", tmp_path / "cli"):
         _, params = models.load_hf(str(folder))

@@ -7,7 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from grpo_jax import experience, sampler, train
+from grpo_jax import experience, sampler, train, update
 from tests.test_update_direction import T, _batch, _config, model  # noqa: F401  (model is a fixture)
 
 
@@ -39,11 +39,12 @@ def test_a_masked_truncated_row_contributes_nothing_to_the_update(model):  # noq
     model_cfg, params = model
     for agg in ("seq-mean-token-mean", "token-mean"):
         cfg = _config(f"loss.agg_mode={agg}")
-        optimizer = train.make_optimizer(cfg)
-        step = jax.jit(train.make_train_step(model_cfg, cfg, optimizer))
+        optimizer = update.make_optimizer(cfg)
+        step = jax.jit(update.make_train_step(model_cfg, cfg, optimizer))
 
         def run(batch):
-            state = train.init_state(jax.tree.map(jnp.copy, params), optimizer, keep_reference=False)
+            state = update.initial_state(cfg, model_cfg, jax.tree.map(jnp.copy, params), optimizer,
+                                         jax.random.key(0))
             new_state, metrics = step(state, batch, jax.random.key(1), jnp.float32(0.0))
             return float(metrics["loss"]), float(metrics["grad_norm"]), jax.tree.leaves(new_state.params)
 

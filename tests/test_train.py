@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from grpo_jax import experience, train
+from grpo_jax import experience, train, update
 from grpo_jax.config import TrainConfig, override
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -76,23 +76,31 @@ def _assert_moved(before, after, at_least=1e-4):
     assert moved > at_least, f"params moved by at most {moved}"
 
 
-def _assert_same_update(actual, desired, initial):
-    """Params after the same updates on two layouts agree: each leaf is within atol 1e-5 everywhere or its
-    difference is <= 1e-4 of the update in norm, no element is off by more than 1e-4 (an Adam step at lr 3e-3
-    moves almost every element by ~2e-3 to 3e-3 per step), and at most 0.1% of elements are off by more than
-    1e-5. Adam divides by sqrt(v), so an element whose gradient is ~1e-8 (reduction order noise of the same
-    size) can land ~1e-5 away: one of the 12,288 qkv weights does on the 2x2x2 mesh (outside atol, inside the
-    norm bound), and one of a 256-element LoRA A matrix lands 7e-6 away on a 2x2 mesh (inside atol, but 2e-4
-    of that small leaf's update in norm)."""
+def _assert_same_update(actual, desired, initial, lr=3e-3):
+    """Params after the same optimizer updates from the same `initial` params (two layouts, two programs, two
+    batch shapes) agree, measured against the update instead of at a fixed atol. Adam divides by sqrt(v), so an
+    element whose gradient is ~1e-8 (reduction-order noise of the same size) can land a visible fraction of a
+    step away, and which element does depends on the machine. One Adam step at learning rate `lr` moves almost
+    every element by ~0.7 lr to 1 lr, so `lr` (the runs' learning rate, 3e-3 in TINY) is the unit: the largest
+    move of `desired` is at least lr / 2 (a real step was taken) and every leaf moved; each leaf is within
+    lr / 300 everywhere or its difference is <= 1e-4 of its update in norm, no element is off by more than
+    lr / 30, and at most 0.1% of elements are off by more than lr / 300. At lr 3e-3 (bounds 1e-5 and 1e-4), one
+    of the 12,288 qkv weights lands ~1e-5 away on the 2x2x2 mesh (outside lr / 300, inside the norm bound), and
+    one of a 256-element LoRA A matrix lands 7e-6 away on a 2x2 mesh (inside lr / 300, but 2e-4 of that small
+    leaf's update in norm)."""
     assert len(actual) == len(desired) == len(initial)
+    fine, coarse = lr / 300, lr / 30
+    largest = 0.0
     for i, (a, b, x) in enumerate(zip(actual, desired, initial)):
         a, b, x = (np.asarray(v, np.float64) for v in (a, b, x))
         assert a.shape == b.shape == x.shape, (i, a.shape, b.shape, x.shape)
         diff, update = np.abs(a - b), np.linalg.norm(b - x)
         assert update > 0, f"leaf {i} did not move"
-        assert diff.max() <= 1e-5 or np.linalg.norm(a - b) <= 1e-4 * update, (i, np.linalg.norm(a - b), update)
-        assert diff.max() <= 1e-4, (i, diff.max())
-        assert (diff > 1e-5).mean() <= 1e-3, (i, int((diff > 1e-5).sum()), diff.size)
+        largest = max(largest, float(np.abs(b - x).max()))
+        assert diff.max() <= fine or np.linalg.norm(a - b) <= 1e-4 * update, (i, np.linalg.norm(a - b), update)
+        assert diff.max() <= coarse, (i, diff.max(), coarse)
+        assert (diff > fine).mean() <= 1e-3, (i, int((diff > fine).sum()), diff.size)
+    assert largest >= lr / 2, f"the largest param move {largest} is under half a step at lr {lr}"
 
 
 def _leaves(tree):
@@ -213,16 +221,17 @@ def test_corrupt_latest_checkpoint_falls_back_and_unsafe_resume_is_refused(tmp_p
         train.Trainer(override(cfg, ["sampling.group_size=2"]), str(tmp_path), resume=True, quiet=True)
 
 
-def _direct_step(*extra, dtype="float32", keep_reference=False):
+def _direct_step(*extra, dtype="float32"):
     """(state, jitted step, batch of 4 prompts x G=4 from the state's own sampler) for a tiny model."""
     cfg = tiny_config(*extra)
     import models
     from grpo_jax import sampler
 
     model_cfg = models.tiny(vocab_size=58).replace(param_dtype=dtype, dtype=dtype)
-    opt = train.make_optimizer(cfg)
-    state = train.init_state(models.init_params(model_cfg, jax.random.key(0)), opt, keep_reference=keep_reference)
-    step = jax.jit(train.make_train_step(model_cfg, cfg, opt))
+    opt = update.make_optimizer(cfg)
+    state = update.initial_state(cfg, model_cfg, models.init_params(model_cfg, jax.random.key(0)), opt,
+                                 jax.random.key(0))
+    step = jax.jit(update.make_train_step(model_cfg, cfg, opt))
     prompts, mask = jnp.full((4, 8), 9), jnp.ones((4, 8), bool)
     ro = sampler.sample(model_cfg, state.params, prompts, mask, key=jax.random.key(1), group_size=4,
                         max_new_tokens=12)
@@ -247,7 +256,7 @@ def test_bfloat16_params_train_and_keep_their_dtype():
     """bf16 params (the GPU/TPU benchmark preset): the step runs over 2 microbatches with a reference
     model, moves the params, and every param and Adam moment stays bf16 (the averaged gradient used to be
     promoted to f32 by the f32 token count, which broke the minibatch scan's carry)."""
-    state, step, batch = _direct_step("microbatches=2", "loss.beta=0.04", dtype="bfloat16", keep_reference=True)
+    state, step, batch = _direct_step("microbatches=2", "loss.beta=0.04", dtype="bfloat16")
     new_state, metrics = step(state, batch, jax.random.key(2))
     assert float(metrics["skipped"]) == 0.0 and np.isfinite(float(metrics["loss"]))
     for old, new in zip(_leaves(state.params) + _leaves(state.opt_state), _leaves(new_state.params) + _leaves(new_state.opt_state)):
@@ -268,10 +277,10 @@ def test_chunked_logprobs_equal_one_pass():
     batch = experience.Batch(tokens=tokens, attn_mask=jnp.ones((n, length), bool), loss_mask=None, old_logp=None,
                              advantages=None, temperatures=jax.random.uniform(jax.random.key(2), (n, t), minval=0.5,
                                                                               maxval=1.5))
-    whole = train.chunked_logprobs(model_cfg, params, batch, t, 1)
+    whole = update.chunked_logprobs(model_cfg, params, batch, t, 1)
     assert whole.shape == (n, t)
     for chunks in (2, 4):
-        np.testing.assert_allclose(train.chunked_logprobs(model_cfg, params, batch, t, chunks), whole, atol=1e-5)
+        np.testing.assert_allclose(update.chunked_logprobs(model_cfg, params, batch, t, chunks), whole, atol=1e-5)
 
 
 MESH_SCRIPT = textwrap.dedent("""

@@ -40,7 +40,7 @@ def test_adaptive_temperature_reacts_to_low_entropy(tmp_path):
     tr = train.Trainer(cfg, str(tmp_path), quiet=True)
     temps = []
     for _ in range(4):
-        m, *_ = tr.step_once()
+        m = tr.step_once().metrics
         temps.append(m["control/temperature"])
     assert temps == pytest.approx([1.0, 1.1, 1.2, 1.25])
 
@@ -91,7 +91,7 @@ def test_dynamic_sampling_uses_zero_variance_groups_only_as_filler(tmp_path):
                       "dynamic.oversample=2.0", "dynamic.max_rounds=2", "steps=2")
     tr = train.Trainer(cfg, str(tmp_path), quiet=True)
     for _ in range(2):
-        m, *_ = tr.step_once()
+        m = tr.step_once().metrics
         assert 1 <= m["dynamic/rounds"] <= 2
         assert m["groups/zero_var_frac"] == pytest.approx(m["dynamic/filled_frac"])
         assert m["dynamic/kept"] + m["dynamic/dropped"] >= 4
@@ -101,14 +101,14 @@ def test_reward_weights_hot_reload(tmp_path):
     wfile = tmp_path / "weights.json"
     wfile.write_text(json.dumps({"format": 0.5}))
     tr = train.Trainer(tiny_config(f"rewards.weights.weights_file={wfile}"), str(tmp_path / "run"), quiet=True)
-    m1, *_ = tr.step_once()
+    m1 = tr.step_once().metrics
     assert m1["control/weight/format"] == 0.5 and m1["control/weight/math"] == 1.0
     wfile.write_text(json.dumps({"format": 0.0, "math": 2.0}))
-    m2, *_ = tr.step_once()
+    m2 = tr.step_once().metrics
     assert m2["control/weight/format"] == 0.0 and m2["control/weight/math"] == 2.0
     wfile.write_text("{not json")
     with pytest.warns(UserWarning, match="weights"):
-        m3, *_ = tr.step_once()
+        m3 = tr.step_once().metrics
     assert m3["control/weight/math"] == 2.0  # the broken file is ignored, the last good weights stay
     tr.logger.close()
     changes = [e for e in read_jsonl(str(tmp_path / "run" / "events.jsonl")) if e["kind"] == "reward_weights"]

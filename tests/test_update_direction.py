@@ -1,5 +1,5 @@
 """The sign of one GRPO update: a completion with advantage +1 becomes more likely and one with advantage -1
-less likely, under the real train step (`grpo_jax.train.make_train_step`, AdamW from `make_optimizer`).
+less likely, under the real train step (`grpo_jax.update.make_train_step`, AdamW from `make_optimizer`).
 
 Two different completions of one prompt, in a hand-built `Batch` whose old logprobs are the current
 policy's (on-policy, ratio 1, so the PPO clip is inactive). The rows are also given in the other order and
@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import models
-from grpo_jax import train
+from grpo_jax import update
 from grpo_jax.config import TrainConfig, override
 from grpo_jax.experience import Batch
 
@@ -42,14 +42,14 @@ def _batch(model_cfg, params, names: tuple[str, ...], advantages: tuple[float, .
     """Rows prompt + COMPLETIONS[name], every completion token trained, old logprobs = the policy's own."""
     tokens = jnp.asarray([PROMPT + COMPLETIONS[n] for n in names], jnp.int32)
     attn = jnp.ones(tokens.shape, bool)
-    old_logp, _ = train.completion_logprobs(model_cfg, params, tokens, attn, T, 1.0)
+    old_logp, _ = update.completion_logprobs(model_cfg, params, tokens, attn, T, 1.0)
     return Batch(tokens=tokens, attn_mask=attn, loss_mask=jnp.ones((len(names), T), bool), old_logp=old_logp,
                  advantages=jnp.asarray(advantages, jnp.float32), temperatures=jnp.ones((len(names), T), jnp.float32))
 
 
 def _sequence_logprobs(model_cfg, params, batch: Batch) -> np.ndarray:
     """[N] sum over the completion of log p(token), teacher-forced."""
-    logp, _ = train.completion_logprobs(model_cfg, params, batch.tokens, batch.attn_mask, T, 1.0)
+    logp, _ = update.completion_logprobs(model_cfg, params, batch.tokens, batch.attn_mask, T, 1.0)
     return np.asarray(jnp.sum(logp * batch.loss_mask, axis=-1))
 
 
@@ -58,13 +58,13 @@ def _sequence_logprobs(model_cfg, params, batch: Batch) -> np.ndarray:
 def test_update_follows_the_advantage_not_the_row(model, extra):
     model_cfg, params = model
     cfg = _config(*extra)
-    optimizer = train.make_optimizer(cfg)
-    step = jax.jit(train.make_train_step(model_cfg, cfg, optimizer))
+    optimizer = update.make_optimizer(cfg)
+    step = jax.jit(update.make_train_step(model_cfg, cfg, optimizer))
     # (row order, advantages): A favoured in row 0, B favoured in row 0 (advantages swapped), A favoured
     # in row 1 (rows swapped)
     for names, adv in [(("A", "B"), (1.0, -1.0)), (("A", "B"), (-1.0, 1.0)), (("B", "A"), (-1.0, 1.0))]:
         batch = _batch(model_cfg, params, names, adv)
-        state = train.init_state(jax.tree.map(jnp.copy, params), optimizer, keep_reference=False)
+        state = update.initial_state(cfg, model_cfg, jax.tree.map(jnp.copy, params), optimizer, jax.random.key(0))
         before = _sequence_logprobs(model_cfg, params, batch)
         new_state, metrics = step(state, batch, jax.random.key(1), jnp.float32(0.0))
         assert float(metrics["grad_norm"]) > 0 and float(metrics["skipped"]) == 0
