@@ -70,28 +70,32 @@ def _zscore(x_G: Array, mask_G: Array, *, ddof: int, eps: float) -> tuple[Array,
     return jnp.where(mask_G & ~degenerate, (x_G - mean) / (std + eps), 0.0), degenerate
 
 
-def _prepare(rewards: Array, weights: Array, valid: Array | None) -> tuple[Array, Array, Array]:
-    rewards_BGK = jnp.asarray(rewards, jnp.float32)
-    if rewards_BGK.ndim != 3:
-        raise ValueError(f"rewards must be [B, G, K], got shape {rewards_BGK.shape}")
+def _prepare(rewards: Array, weights: Array, valid: Array | None) -> tuple[Array, Array, Array, Array]:
+    """(R [B, G, K] float32 without gradient, w [K], valid [B, G], the weighted totals [B, G]): the one place
+    an estimator call applies the weights to the rewards (`weighted_total`)."""
+    rewards_BxGxK = jnp.asarray(rewards, jnp.float32)
+    if rewards_BxGxK.ndim != 3:
+        raise ValueError(f"rewards must be [B, G, K], got shape {rewards_BxGxK.shape}")
     weights_K = jnp.asarray(weights, jnp.float32)
-    if weights_K.shape != rewards_BGK.shape[-1:]:
-        raise ValueError(f"weights must be [K]={rewards_BGK.shape[-1:]}, got shape {weights_K.shape}")
-    valid_BG = jnp.ones(rewards_BGK.shape[:2], bool) if valid is None else jnp.asarray(valid, bool)
-    if valid_BG.shape != rewards_BGK.shape[:2]:
-        raise ValueError(f"valid must be [B, G]={rewards_BGK.shape[:2]}, got shape {valid_BG.shape}")
-    return jax.lax.stop_gradient(rewards_BGK), weights_K, valid_BG
+    if weights_K.shape != rewards_BxGxK.shape[-1:]:
+        raise ValueError(f"weights must be [K]={rewards_BxGxK.shape[-1:]}, got shape {weights_K.shape}")
+    valid_BxG = jnp.ones(rewards_BxGxK.shape[:2], bool) if valid is None else jnp.asarray(valid, bool)
+    if valid_BxG.shape != rewards_BxGxK.shape[:2]:
+        raise ValueError(f"valid must be [B, G]={rewards_BxGxK.shape[:2]}, got shape {valid_BxG.shape}")
+    rewards_BxGxK = jax.lax.stop_gradient(rewards_BxGxK)
+    return rewards_BxGxK, weights_K, valid_BxG, weighted_total(rewards_BxGxK, weights_K)
 
 
-def weighted_total(rewards_BGK: Array, weights_K: Array) -> Array:
+def weighted_total(rewards_BxGxK: Array, weights_K: Array) -> Array:
     """r_total = sum_k w_k r_k [B, G] float32, NaN entries skipped (TRL ``nansum``). The one definition of
-    the weighted total: the estimators and the diagnostics use it."""
-    rewards_BGK = jnp.asarray(rewards_BGK, jnp.float32)
-    return jnp.sum(jnp.where(jnp.isnan(rewards_BGK), 0.0, rewards_BGK * jnp.asarray(weights_K, jnp.float32)), axis=-1)
+    the weighted total, computed once per estimator call (``_prepare``) and returned in its aux, where the
+    diagnostics read it."""
+    rewards_BxGxK = jnp.asarray(rewards_BxGxK, jnp.float32)
+    return jnp.sum(jnp.where(jnp.isnan(rewards_BxGxK), 0.0, rewards_BxGxK * jnp.asarray(weights_K, jnp.float32)), axis=-1)
 
 
 def _per_dim_fused(
-    rewards_BGK: Array, weights_K: Array, valid_BG: Array, cfg: AdvantageConfig
+    rewards_BxGxK: Array, weights_K: Array, valid_BxG: Array, cfg: AdvantageConfig
 ) -> tuple[Array, Array]:
     """A_sum = sum_k w_k (r_k - mean_G r_k) / (std_G r_k + eps): per-dimension group z-scores, fused.
 
@@ -100,35 +104,37 @@ def _per_dim_fused(
     dimensions leave a residue of a few ulp. A spread below ``_FUSED_ZERO_TOL * sum_k |w_k|`` is therefore
     treated as a zero-variance group and set to exactly 0, so a later batch z-score cannot amplify it.
     """
-    mask_BGK = valid_BG[..., None] & ~jnp.isnan(rewards_BGK)
+    mask_BxGxK = valid_BxG[..., None] & ~jnp.isnan(rewards_BxGxK)
     zscore_G = functools.partial(_zscore, ddof=cfg.std_ddof, eps=cfg.eps)
     per_group = jax.vmap(zscore_G, in_axes=(1, 1), out_axes=(1, 0))  # over K inside one group
-    z_BGK, _ = jax.vmap(per_group)(rewards_BGK, mask_BGK)  # over B
-    fused_BG = jnp.sum(z_BGK * weights_K, axis=-1)
+    z_BxGxK, _ = jax.vmap(per_group)(rewards_BxGxK, mask_BxGxK)  # over B
+    fused_BxG = jnp.sum(z_BxGxK * weights_K, axis=-1)
     tol = _FUSED_ZERO_TOL * jnp.sum(jnp.abs(weights_K))
-    hi_B = jnp.max(jnp.where(valid_BG, fused_BG, -jnp.inf), axis=-1)
-    lo_B = jnp.min(jnp.where(valid_BG, fused_BG, jnp.inf), axis=-1)
-    zero_var_B = (jnp.sum(valid_BG, axis=-1) < 2) | (hi_B - lo_B <= tol)
-    return jnp.where(zero_var_B[:, None], 0.0, fused_BG), zero_var_B
+    hi_B = jnp.max(jnp.where(valid_BxG, fused_BxG, -jnp.inf), axis=-1)
+    lo_B = jnp.min(jnp.where(valid_BxG, fused_BxG, jnp.inf), axis=-1)
+    zero_var_B = (jnp.sum(valid_BxG, axis=-1) < 2) | (hi_B - lo_B <= tol)
+    return jnp.where(zero_var_B[:, None], 0.0, fused_BxG), zero_var_B
 
 
-def _batch_zscore(x_BG: Array, valid_BG: Array, keep_BG: Array, *, ddof: int, eps: float) -> Array:
+def _batch_zscore(x_BxG: Array, valid_BxG: Array, keep_BxG: Array, *, ddof: int, eps: float) -> Array:
     """(x - mean_batch) / (std_batch + eps) over all valid rows of the batch; 0 where ``keep`` is False."""
-    z, _ = _zscore(x_BG.reshape(-1), valid_BG.reshape(-1), ddof=ddof, eps=eps)
-    return jnp.where(keep_BG, z.reshape(x_BG.shape), 0.0)
+    z, _ = _zscore(x_BxG.reshape(-1), valid_BxG.reshape(-1), ddof=ddof, eps=eps)
+    return jnp.where(keep_BxG, z.reshape(x_BxG.shape), 0.0)
 
 
-def _aux(scores_BG: Array, zero_var_B: Array, valid_BG: Array) -> Aux:
-    """scores: the values the group statistic saw; zero_variance: the group gives no signal."""
+def _aux(scores_BxG: Array, zero_var_B: Array, valid_BxG: Array, total_BxG: Array) -> Aux:
+    """scores: the values the group statistic saw; zero_variance: the group gives no signal; totals: the
+    weighted totals sum_k w_k r_k (what the reward diagnostics read)."""
     return {
-        "scores": scores_BG,
+        "scores": scores_BxG,
+        "totals": total_BxG,
         "zero_variance": zero_var_B,
-        "num_valid": jnp.sum(valid_BG, axis=-1, dtype=jnp.int32),
+        "num_valid": jnp.sum(valid_BxG, axis=-1, dtype=jnp.int32),
     }
 
 
-def _finish(adv_BG: Array, aux: Aux) -> tuple[Array, Aux]:
-    return jax.lax.stop_gradient(adv_BG.astype(jnp.float32)), aux
+def _finish(adv_BxG: Array, aux: Aux) -> tuple[Array, Aux]:
+    return jax.lax.stop_gradient(adv_BxG.astype(jnp.float32)), aux
 
 
 def grpo(
@@ -139,11 +145,10 @@ def grpo(
         r_i = sum_k w_k r_{i,k}
         A_i = (r_i - mean(r_1..r_G)) / (std(r_1..r_G) + eps)
     """
-    rewards_BGK, weights_K, valid_BG = _prepare(rewards, weights, valid)
-    total_BG = weighted_total(rewards_BGK, weights_K)
+    _, _, valid_BxG, total_BxG = _prepare(rewards, weights, valid)
     zscore_G = functools.partial(_zscore, ddof=cfg.std_ddof, eps=cfg.eps)
-    adv_BG, zero_var_B = jax.vmap(zscore_G)(total_BG, valid_BG)
-    return _finish(adv_BG, _aux(total_BG, zero_var_B, valid_BG))
+    adv_BxG, zero_var_B = jax.vmap(zscore_G)(total_BxG, valid_BxG)
+    return _finish(adv_BxG, _aux(total_BxG, zero_var_B, valid_BxG, total_BxG))
 
 
 def grpo_batch_std(
@@ -153,12 +158,11 @@ def grpo_batch_std(
 
         A_i = (r_i - mean_group r) / (std_batch r + batch_norm_eps),  std over the raw r of all valid rows.
     """
-    rewards_BGK, weights_K, valid_BG = _prepare(rewards, weights, valid)
-    total_BG = weighted_total(rewards_BGK, weights_K)
-    centered_BG, zero_var_B = jax.vmap(_center)(total_BG, valid_BG)
-    _, std_batch, batch_degenerate = _moments(total_BG.reshape(-1), valid_BG.reshape(-1), ddof=cfg.std_ddof)
-    adv_BG = jnp.where(batch_degenerate, 0.0, centered_BG / (std_batch + cfg.batch_norm_eps))
-    return _finish(adv_BG, _aux(total_BG, zero_var_B, valid_BG))
+    _, _, valid_BxG, total_BxG = _prepare(rewards, weights, valid)
+    centered_BxG, zero_var_B = jax.vmap(_center)(total_BxG, valid_BxG)
+    _, std_batch, batch_degenerate = _moments(total_BxG.reshape(-1), valid_BxG.reshape(-1), ddof=cfg.std_ddof)
+    adv_BxG = jnp.where(batch_degenerate, 0.0, centered_BxG / (std_batch + cfg.batch_norm_eps))
+    return _finish(adv_BxG, _aux(total_BxG, zero_var_B, valid_BxG, total_BxG))
 
 
 def drgrpo(
@@ -166,10 +170,9 @@ def drgrpo(
 ) -> tuple[Array, Aux]:
     """Dr. GRPO (Liu et al. 2025): no std, A_i = r_i - mean(r_1..r_G)."""
     del cfg  # no normalisation to configure
-    rewards_BGK, weights_K, valid_BG = _prepare(rewards, weights, valid)
-    total_BG = weighted_total(rewards_BGK, weights_K)
-    adv_BG, zero_var_B = jax.vmap(_center)(total_BG, valid_BG)
-    return _finish(adv_BG, _aux(total_BG, zero_var_B, valid_BG))
+    _, _, valid_BxG, total_BxG = _prepare(rewards, weights, valid)
+    adv_BxG, zero_var_B = jax.vmap(_center)(total_BxG, valid_BxG)
+    return _finish(adv_BxG, _aux(total_BxG, zero_var_B, valid_BxG, total_BxG))
 
 
 def rloo(
@@ -180,12 +183,11 @@ def rloo(
         A_i = r_i - 1/(n-1) sum_{j != i} r_j = n/(n-1) (r_i - mean r)      (0 when n < 2)
     """
     del cfg
-    rewards_BGK, weights_K, valid_BG = _prepare(rewards, weights, valid)
-    total_BG = weighted_total(rewards_BGK, weights_K)
-    centered_BG, zero_var_B = jax.vmap(_center)(total_BG, valid_BG)
-    n_B1 = jnp.sum(valid_BG, axis=-1, keepdims=True).astype(jnp.float32)
-    adv_BG = centered_BG * n_B1 / jnp.maximum(n_B1 - 1.0, 1.0)
-    return _finish(adv_BG, _aux(total_BG, zero_var_B, valid_BG))
+    _, _, valid_BxG, total_BxG = _prepare(rewards, weights, valid)
+    centered_BxG, zero_var_B = jax.vmap(_center)(total_BxG, valid_BxG)
+    n_Bx1 = jnp.sum(valid_BxG, axis=-1, keepdims=True).astype(jnp.float32)
+    adv_BxG = centered_BxG * n_Bx1 / jnp.maximum(n_Bx1 - 1.0, 1.0)
+    return _finish(adv_BxG, _aux(total_BxG, zero_var_B, valid_BxG, total_BxG))
 
 
 def reinforce_pp_baseline(
@@ -195,12 +197,11 @@ def reinforce_pp_baseline(
 
         A~_i = r_i - mean_group r;     A_i = (A~_i - mean_batch A~) / (std_batch A~ + batch_norm_eps)
     """
-    rewards_BGK, weights_K, valid_BG = _prepare(rewards, weights, valid)
-    total_BG = weighted_total(rewards_BGK, weights_K)
-    centered_BG, zero_var_B = jax.vmap(_center)(total_BG, valid_BG)
-    keep_BG = valid_BG & ~zero_var_B[:, None]
-    adv_BG = _batch_zscore(centered_BG, valid_BG, keep_BG, ddof=cfg.std_ddof, eps=cfg.batch_norm_eps)
-    return _finish(adv_BG, _aux(total_BG, zero_var_B, valid_BG))
+    _, _, valid_BxG, total_BxG = _prepare(rewards, weights, valid)
+    centered_BxG, zero_var_B = jax.vmap(_center)(total_BxG, valid_BxG)
+    keep_BxG = valid_BxG & ~zero_var_B[:, None]
+    adv_BxG = _batch_zscore(centered_BxG, valid_BxG, keep_BxG, ddof=cfg.std_ddof, eps=cfg.batch_norm_eps)
+    return _finish(adv_BxG, _aux(total_BxG, zero_var_B, valid_BxG, total_BxG))
 
 
 def gdpo(
@@ -212,11 +213,11 @@ def gdpo(
         A_sum^{(i,j)} = sum_k w_k A_k^{(i,j)}
         A^{(i,j)} = (A_sum^{(i,j)} - mean_batch A_sum) / (std_batch A_sum + batch_norm_eps)
     """
-    rewards_BGK, weights_K, valid_BG = _prepare(rewards, weights, valid)
-    fused_BG, zero_var_B = _per_dim_fused(rewards_BGK, weights_K, valid_BG, cfg)
-    keep_BG = valid_BG & ~zero_var_B[:, None]
-    adv_BG = _batch_zscore(fused_BG, valid_BG, keep_BG, ddof=cfg.std_ddof, eps=cfg.batch_norm_eps)
-    return _finish(adv_BG, _aux(fused_BG, zero_var_B, valid_BG))
+    rewards_BxGxK, weights_K, valid_BxG, total_BxG = _prepare(rewards, weights, valid)
+    fused_BxG, zero_var_B = _per_dim_fused(rewards_BxGxK, weights_K, valid_BxG, cfg)
+    keep_BxG = valid_BxG & ~zero_var_B[:, None]
+    adv_BxG = _batch_zscore(fused_BxG, valid_BxG, keep_BxG, ddof=cfg.std_ddof, eps=cfg.batch_norm_eps)
+    return _finish(adv_BxG, _aux(fused_BxG, zero_var_B, valid_BxG, total_BxG))
 
 
 def per_dim(
@@ -226,9 +227,9 @@ def per_dim(
 
         A^{(i,j)} = sum_k w_k (r_k^{(i,j)} - mean_j r_k^{(i,.)}) / (std_j r_k^{(i,.)} + eps)
     """
-    rewards_BGK, weights_K, valid_BG = _prepare(rewards, weights, valid)
-    fused_BG, zero_var_B = _per_dim_fused(rewards_BGK, weights_K, valid_BG, cfg)
-    return _finish(fused_BG, _aux(fused_BG, zero_var_B, valid_BG))
+    rewards_BxGxK, weights_K, valid_BxG, total_BxG = _prepare(rewards, weights, valid)
+    fused_BxG, zero_var_B = _per_dim_fused(rewards_BxGxK, weights_K, valid_BxG, cfg)
+    return _finish(fused_BxG, _aux(fused_BxG, zero_var_B, valid_BxG, total_BxG))
 
 
 def _comb(n: Array, k: Array) -> Array:
@@ -269,11 +270,10 @@ def passk(
     ``cfg.pass_threshold``; k = ``cfg.pass_k``. k = 1 gives (r - p) / sqrt(p (1 - p)): GRPO on the 0/1
     outcomes with the population std and no eps. Larger k rewards a group for having *some* success, so a
     failure in a group that already passes@k is penalised less, which keeps exploring."""
-    rewards_BGK, weights_K, valid_BG = _prepare(rewards, weights, valid)
-    total_BG = weighted_total(rewards_BGK, weights_K)
-    success_BG = total_BG >= cfg.pass_threshold
-    adv_BG, zero_var_B = jax.vmap(functools.partial(_passk_group, k=cfg.pass_k))(success_BG, valid_BG)
-    return _finish(adv_BG, _aux(total_BG, zero_var_B, valid_BG))
+    _, _, valid_BxG, total_BxG = _prepare(rewards, weights, valid)
+    success_BxG = total_BxG >= cfg.pass_threshold
+    adv_BxG, zero_var_B = jax.vmap(functools.partial(_passk_group, k=cfg.pass_k))(success_BxG, valid_BxG)
+    return _finish(adv_BxG, _aux(total_BxG, zero_var_B, valid_BxG, total_BxG))
 
 
 # The registry. `config.ADVANTAGE_ESTIMATORS` is the one list of names (config validates against it and
@@ -290,7 +290,7 @@ def compute_advantages(
     """Advantages [B, G] of the estimator named by ``cfg.estimator``, and its aux dict.
 
     aux: ``scores`` [B, G] (the per-row values the group statistic saw: the weighted total, or the fused
-    per-dimension z-scores for gdpo / per_dim), ``zero_variance`` [B] bool (the group carries no signal:
+    per-dimension z-scores for gdpo / per_dim), ``totals`` [B, G] (the weighted totals), ``zero_variance`` [B] bool (the group carries no signal:
     < 2 valid rows or all scores equal), ``num_valid`` [B] int32. ``cfg`` is hashable: jit with
     ``static_argnames="cfg"``. ``cfg.pos_scale`` < 1 then scales the positive advantages (W-REINFORCE).
     """

@@ -49,13 +49,13 @@ def _masked_mean(x: Array, mask: Array) -> Array:
     return jnp.sum(jnp.where(mask, x, 0.0)) / jnp.maximum(jnp.sum(mask), 1)
 
 
-def _num_distinct(x_GD: Array, valid_G: Array, *, tol: float) -> Array:
+def _num_distinct(x_GxD: Array, valid_G: Array, *, tol: float) -> Array:
     """First-occurrence count of distinct rows of x [G, D] among valid rows (NaN == NaN)."""
-    both_nan = jnp.isnan(x_GD)[:, None, :] & jnp.isnan(x_GD)[None, :, :]
-    close = (jnp.abs(x_GD[:, None, :] - x_GD[None, :, :]) <= tol) | both_nan
-    same_GG = jnp.all(close, axis=-1) & valid_G[:, None] & valid_G[None, :]
-    earlier_GG = jnp.tril(jnp.ones_like(same_GG), k=-1)  # [i, j] True for j < i
-    seen_before = jnp.any(same_GG & earlier_GG, axis=-1)
+    both_nan = jnp.isnan(x_GxD)[:, None, :] & jnp.isnan(x_GxD)[None, :, :]
+    close = (jnp.abs(x_GxD[:, None, :] - x_GxD[None, :, :]) <= tol) | both_nan
+    same_GxG = jnp.all(close, axis=-1) & valid_G[:, None] & valid_G[None, :]
+    earlier_GxG = jnp.tril(jnp.ones_like(same_GxG), k=-1)  # [i, j] True for j < i
+    seen_before = jnp.any(same_GxG & earlier_GxG, axis=-1)
     return jnp.sum(valid_G & ~seen_before, dtype=jnp.int32)
 
 
@@ -102,47 +102,47 @@ def reward_diagnostics(
       collapse/distinct_rewards, collapse/distinct_advantages (int32), collapse/ratio: see module doc;
       collapse/distinct_advantages_per_group: mean D_A(b) over non-empty groups (G when nothing ties).
     """
-    rewards_BGK = jnp.asarray(rewards, jnp.float32)
-    total_BG = jnp.asarray(totals, jnp.float32)
-    adv_BG = jnp.asarray(advantages, jnp.float32)
-    valid_BG = jnp.ones(adv_BG.shape, bool) if valid is None else jnp.asarray(valid, bool)
-    mask_BGK = valid_BG[..., None] & ~jnp.isnan(rewards_BGK)
+    rewards_BxGxK = jnp.asarray(rewards, jnp.float32)
+    total_BxG = jnp.asarray(totals, jnp.float32)
+    adv_BxG = jnp.asarray(advantages, jnp.float32)
+    valid_BxG = jnp.ones(adv_BxG.shape, bool) if valid is None else jnp.asarray(valid, bool)
+    mask_BxGxK = valid_BxG[..., None] & ~jnp.isnan(rewards_BxGxK)
 
     per_dim = jax.vmap(jax.vmap(_group_stats, in_axes=(1, 1)))  # over B, then K
-    mean_BK, var_BK, const_BK = per_dim(rewards_BGK, mask_BGK)
-    present_BK = jnp.any(mask_BGK, axis=1)
-    _, total_var_B, const_total_B = jax.vmap(_group_stats)(total_BG, valid_BG)
-    nonempty_B = jnp.any(valid_BG, axis=-1)
+    mean_BxK, var_BxK, const_BxK = per_dim(rewards_BxGxK, mask_BxGxK)
+    present_BxK = jnp.any(mask_BxGxK, axis=1)
+    _, total_var_B, const_total_B = jax.vmap(_group_stats)(total_BxG, valid_BxG)
+    nonempty_B = jnp.any(valid_BxG, axis=-1)
 
-    corr_K = jax.vmap(_pearson, in_axes=(2, None, 2))(rewards_BGK, adv_BG, mask_BGK)
-    centred_BGK = jnp.where(mask_BGK, rewards_BGK - mean_BK[:, None, :], 0.0)
-    corr_within_K = jax.vmap(_pearson, in_axes=(2, None, 2))(centred_BGK, adv_BG, mask_BGK)
+    corr_K = jax.vmap(_pearson, in_axes=(2, None, 2))(rewards_BxGxK, adv_BxG, mask_BxGxK)
+    centred_BxGxK = jnp.where(mask_BxGxK, rewards_BxGxK - mean_BxK[:, None, :], 0.0)
+    corr_within_K = jax.vmap(_pearson, in_axes=(2, None, 2))(centred_BxGxK, adv_BxG, mask_BxGxK)
     group_avg = jax.vmap(_masked_mean, in_axes=(1, 1))  # over B, per K
     return {
-        "reward/group_mean": mean_BK,
-        "reward/group_var": var_BK,
-        "reward/mean": jax.vmap(_masked_mean, in_axes=(2, 2))(rewards_BGK, mask_BGK),
-        "reward/within_group_mean": group_avg(mean_BK, present_BK),
-        "reward/within_group_var": group_avg(var_BK, present_BK),
-        "reward/total": _masked_mean(total_BG, valid_BG),
+        "reward/group_mean": mean_BxK,
+        "reward/group_var": var_BxK,
+        "reward/mean": jax.vmap(_masked_mean, in_axes=(2, 2))(rewards_BxGxK, mask_BxGxK),
+        "reward/within_group_mean": group_avg(mean_BxK, present_BxK),
+        "reward/within_group_var": group_avg(var_BxK, present_BxK),
+        "reward/total": _masked_mean(total_BxG, valid_BxG),
         "groups/reward_var_mean": _masked_mean(total_var_B, nonempty_B),
         "groups/zero_var_frac": _masked_mean(const_total_B.astype(jnp.float32), nonempty_B),
         "reward/zero_var_frac_per_dim": jax.vmap(_masked_mean, in_axes=(1, 1))(
-            const_BK.astype(jnp.float32), present_BK
+            const_BxK.astype(jnp.float32), present_BxK
         ),
         "reward/adv_corr": corr_K,
         "reward/adv_corr_within": corr_within_K,
-        **collapse_counts(rewards_BGK, adv_BG, valid_BG, tol=tol),
+        **collapse_counts(rewards_BxGxK, adv_BxG, valid_BxG, tol=tol),
     }
 
 
-def collapse_counts(rewards_BGK: Array, adv_BG: Array, valid_BG: Array, *, tol: float) -> dict[str, Array]:
+def collapse_counts(rewards_BxGxK: Array, adv_BxG: Array, valid_BxG: Array, *, tol: float) -> dict[str, Array]:
     """Distinct reward vectors and distinct advantages per group and their ratio (module doc)."""
-    distinct_adv_B = jax.vmap(lambda a, v: _num_distinct(a[:, None], v, tol=tol))(adv_BG, valid_BG)
-    distinct_rew_B = jax.vmap(lambda r, v: _num_distinct(r, v, tol=tol))(rewards_BGK, valid_BG)
+    distinct_adv_B = jax.vmap(lambda a, v: _num_distinct(a[:, None], v, tol=tol))(adv_BxG, valid_BxG)
+    distinct_rew_B = jax.vmap(lambda r, v: _num_distinct(r, v, tol=tol))(rewards_BxGxK, valid_BxG)
     total_rew, total_adv = jnp.sum(distinct_rew_B), jnp.sum(distinct_adv_B)
     ratio = jnp.where(total_adv > 0, total_rew / jnp.maximum(total_adv, 1), 0.0).astype(jnp.float32)
-    nonempty_B = jnp.any(valid_BG, axis=-1)
+    nonempty_B = jnp.any(valid_BxG, axis=-1)
     return {
         "adv/distinct_per_group": distinct_adv_B,
         "reward/distinct_vectors_per_group": distinct_rew_B,

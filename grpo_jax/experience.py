@@ -77,8 +77,7 @@ class Experience:
 
     rows: tuple  # [B] data rows
     rollout: sampler.Rollout  # [B, G, ...] completions, with their prompts [B, P]
-    rewards: np.ndarray  # [B, G, K] float32 per-dimension rewards (never pre-summed)
-    totals: np.ndarray  # [B, G] float32 weighted totals sum_k w_k R[..., k] (NaN skipped)
+    rewards: np.ndarray  # [B, G, K] float32 per-dimension rewards (never pre-summed; the weights apply in advantages)
     texts: tuple  # [B*G] decoded completions, row-major over (b, g)
     reasons: tuple = ()  # [B*G] {dimension: the reward's info["reason"]}, row-major like texts
 
@@ -160,14 +159,11 @@ def reasons_from_codes(codes: np.ndarray, dims: Sequence[str]) -> list[dict[str,
     return [{d: bytes(row[k]).rstrip(b"\0").decode("utf-8", "ignore") for k, d in enumerate(dims)} for row in codes]
 
 
-def experience(actor: Actor, params, rows: Sequence[Row], key: jax.Array, *, weights: np.ndarray,
-               temperature: float) -> Experience:
+def experience(actor: Actor, params, rows: Sequence[Row], key: jax.Array, *, temperature: float) -> Experience:
     """One rollout round of these rows, scored."""
     ro = rollout(actor, params, rows, key, group_size=actor.sampling.group_size, temperature=temperature)
     r, texts, reasons = score_with_reasons(actor, rows, ro)
-    totals = np.asarray(adv_lib.weighted_total(r, weights))
-    return Experience(rows=tuple(rows), rollout=ro, rewards=r, totals=totals, texts=tuple(texts),
-                      reasons=tuple(reasons))
+    return Experience(rows=tuple(rows), rollout=ro, rewards=r, texts=tuple(texts), reasons=tuple(reasons))
 
 
 def collect(actor: Actor, params, draw: Callable[[int], list[Row]], key: jax.Array, *, n_prompts: int,
@@ -178,12 +174,11 @@ def collect(actor: Actor, params, draw: Callable[[int], list[Row]], key: jax.Arr
     until n_prompts informative groups (`informative_groups`) are found or max_rounds is reached
     (`control.GroupBuffer`)."""
     if not dynamic.enabled:
-        return experience(actor, params, draw(n_prompts), key, weights=weights, temperature=temperature), {}
+        return experience(actor, params, draw(n_prompts), key, temperature=temperature), {}
     n_draw = int(np.ceil(dynamic.oversample * n_prompts))
     buffer, rounds = GroupBuffer(n_prompts, dynamic.max_rounds), []
     while not buffer.done:
-        exp = experience(actor, params, draw(n_draw), jax.random.fold_in(key, len(rounds)), weights=weights,
-                         temperature=temperature)
+        exp = experience(actor, params, draw(n_draw), jax.random.fold_in(key, len(rounds)), temperature=temperature)
         buffer.add(informative_groups(exp.rewards, weights, cfg=advantage))
         rounds.append(exp)
     rule = ("fused_dimensions_vary" if advantage.estimator in adv_lib.PER_DIMENSION
@@ -222,7 +217,6 @@ def select_groups(rounds: Sequence[Experience], selection: Sequence[tuple[int, i
         rows=tuple(e.rows[i] for e, i in picked),
         rollout=jax.tree.map(lambda *xs: jnp.concatenate(xs), *ros),
         rewards=np.concatenate([e.rewards[i : i + 1] for e, i in picked]),
-        totals=np.concatenate([e.totals[i : i + 1] for e, i in picked]),
         texts=tuple(t for e, i in picked for t in e.texts[i * g : (i + 1) * g]),
         reasons=tuple(r for e, i in picked for r in e.reasons[i * g : (i + 1) * g]))
 
@@ -249,10 +243,10 @@ def evaluate(actor: Actor, params, rows: Sequence[Row], *, batch_size: int = 256
 # --------------------------------------------------------------------------------------------------
 
 @functools.partial(jax.jit, static_argnames="cfg")
-def _advantages_and_diagnostics(rewards_BxGxK, totals_BxG, weights_K, ro: sampler.Rollout, *, cfg):
-    adv, _ = adv_lib.compute_advantages(rewards_BxGxK, weights_K, cfg=cfg)
+def _advantages_and_diagnostics(rewards_BxGxK, weights_K, ro: sampler.Rollout, *, cfg):
+    adv, aux = adv_lib.compute_advantages(rewards_BxGxK, weights_K, cfg=cfg)
     adv = jnp.where(jnp.isfinite(adv), adv, 0.0)
-    diag = diagnostics.reward_diagnostics(rewards_BxGxK, totals_BxG, adv)
+    diag = diagnostics.reward_diagnostics(rewards_BxGxK, aux["totals"], adv)
     diag["collapse/drowned_dims"] = diagnostics.drowned_dimensions(
         diag["reward/adv_corr_within"], diag["reward/zero_var_frac_per_dim"], weights_K)
     diag.update(diagnostics.entropy_diagnostics(ro.entropies, ro.completion_mask))
@@ -263,8 +257,18 @@ def _advantages_and_diagnostics(rewards_BxGxK, totals_BxG, weights_K, ro: sample
 
 def advantages_and_diagnostics(exp: Experience, weights: np.ndarray, *, cfg: AdvantageConfig):
     """Advantages [B, G] (non-finite -> 0) and the collapse / entropy / length diagnostics, in one program."""
-    return _advantages_and_diagnostics(jnp.asarray(exp.rewards), jnp.asarray(exp.totals), jnp.asarray(weights),
-                                       exp.rollout, cfg=cfg)
+    return _advantages_and_diagnostics(jnp.asarray(exp.rewards), jnp.asarray(weights), exp.rollout, cfg=cfg)
+
+
+def full_sequences(ro: sampler.Rollout) -> tuple[jax.Array, jax.Array]:
+    """Teacher-forcing inputs from a rollout's own (already aligned) prompts: ([B*G, P+T] tokens,
+    [B*G, P+T] bool mask), row (b, g) at b * G + g."""
+    g = ro.tokens.shape[1]
+    comp = ro.tokens.reshape(-1, ro.tokens.shape[-1])
+    comp_mask = ro.completion_mask.reshape(comp.shape).astype(bool)
+    seq = jnp.concatenate([jnp.repeat(ro.prompt_tokens, g, 0), comp], axis=1)
+    seq_mask = jnp.concatenate([jnp.repeat(ro.prompt_mask, g, 0), comp_mask], axis=1)
+    return seq, seq_mask
 
 
 def batch_from_rollout(ro: sampler.Rollout, advantages_BxG, *, mask_truncated: bool = False) -> Batch:
@@ -272,7 +276,7 @@ def batch_from_rollout(ro: sampler.Rollout, advantages_BxG, *, mask_truncated: b
     max_new_tokens without an EOS gets an empty loss mask, so it adds nothing to the loss, its gradient or
     the row count of the aggregation (TRL's `mask_truncated_completions`); it still counts in its group's
     advantage statistics, which were computed before."""
-    seq, seq_mask = sampler.full_sequences(ro)
+    seq, seq_mask = full_sequences(ro)
     n = seq.shape[0]
     loss_mask = ro.completion_mask.reshape(n, -1).astype(bool)
     if mask_truncated:

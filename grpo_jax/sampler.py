@@ -408,14 +408,3 @@ def _pmapped(cfg: ModelConfig, devices: tuple, static: tuple):
         return sample_core(cfg, p, tok, msk, pid, key=key, temperature=temperature, **kw)
 
     return jax.pmap(per_device, in_axes=(None, 0, 0, 0, None, None), devices=devices)
-
-
-def full_sequences(rollout: Rollout):
-    """Teacher-forcing inputs from a rollout's own (already aligned) prompts: ([B*G, P+T] tokens,
-    [B*G, P+T] bool mask)."""
-    g = rollout.tokens.shape[1]
-    comp = rollout.tokens.reshape(-1, rollout.tokens.shape[-1])
-    comp_mask = rollout.completion_mask.reshape(comp.shape).astype(bool)
-    seq = jnp.concatenate([jnp.repeat(rollout.prompt_tokens, g, 0), comp], axis=1)
-    seq_mask = jnp.concatenate([jnp.repeat(rollout.prompt_mask, g, 0), comp_mask], axis=1)
-    return seq, seq_mask

@@ -141,6 +141,15 @@ def test_weighted_sum_and_nan_dims_as_trl_nansum():
     np.testing.assert_allclose(adv[0], [1.0, 0.0, -1.0], atol=1e-6)
 
 
+@pytest.mark.parametrize("name", ALL)
+def test_every_estimator_reports_the_weighted_totals_it_applied_the_weights_for(name):
+    # The same rows as above: 2 r1 + r2 with NaN skipped = (2, 1, 0), whatever the estimator does with them;
+    # the diagnostics read these totals, so the weights are applied in one place.
+    rewards = [[[1.0, 0.0], [np.nan, 1.0], [0.0, np.nan]]]
+    _, aux = run(name, rewards, [2.0, 1.0])
+    np.testing.assert_array_equal(aux["totals"][0], [2.0, 1.0, 0.0])
+
+
 def test_per_dim_ignores_nan_entries_in_dimension_stats():
     # dim1 (1, 0, nan): stats over 2 rows, z = (+-0.5)/(sqrt(.5)+eps), NaN row contributes 0.
     # dim2 (nan, nan, nan): absent everywhere -> contributes 0.
@@ -193,26 +202,26 @@ def test_singleton_group_gets_zero(name):
 # ---------------------------------------------------------------- cross-checks against peer formulas (NumPy)
 
 
-def np_trl_sum_then_normalize(r_NK, w, G, eps=1e-4):
+def np_trl_sum_then_normalize(r_NxK, w, G, eps=1e-4):
     """TRL GRPOTrainer, multi_objective_aggregation="sum_then_normalize", scale_rewards="group"."""
-    total = np.nansum(r_NK * w[None, :], axis=1).reshape(-1, G)
+    total = np.nansum(r_NxK * w[None, :], axis=1).reshape(-1, G)
     return ((total - total.mean(1, keepdims=True)) / (total.std(1, ddof=1, keepdims=True) + eps)).reshape(-1)
 
 
-def np_trl_batch_std(r_NK, w, G, eps=1e-4):
+def np_trl_batch_std(r_NxK, w, G, eps=1e-4):
     """TRL scale_rewards="batch": group mean, std of the raw rewards over the whole batch."""
-    total = np.nansum(r_NK * w[None, :], axis=1)
+    total = np.nansum(r_NxK * w[None, :], axis=1)
     grouped = total.reshape(-1, G)
     return ((grouped - grouped.mean(1, keepdims=True)).reshape(-1)) / (total.std(ddof=1) + eps)
 
 
-def np_trl_normalize_then_sum(r_NK, w, G, eps=1e-4):
+def np_trl_normalize_then_sum(r_NxK, w, G, eps=1e-4):
     """TRL normalize_then_sum (= NVlabs GDPO): nanmean / Bessel nanstd per reward, nansum, batch z-score."""
-    grouped = r_NK.reshape(-1, G, r_NK.shape[1])
+    grouped = r_NxK.reshape(-1, G, r_NxK.shape[1])
     mean = np.nanmean(grouped, axis=1, keepdims=True)
     count = np.sum(~np.isnan(grouped), axis=1, keepdims=True)
     var = np.nanmean((grouped - mean) ** 2, axis=1, keepdims=True) * count / (count - 1)
-    reward_k = ((grouped - mean) / (np.sqrt(var) + eps)).reshape(-1, r_NK.shape[1])
+    reward_k = ((grouped - mean) / (np.sqrt(var) + eps)).reshape(-1, r_NxK.shape[1])
     x = np.nansum(reward_k * w[None, :], axis=1)
     return (x - x.mean()) / (x.std(ddof=1) + eps)
 

@@ -12,7 +12,7 @@ import shlex
 import numpy as np
 import pytest
 
-from grpo_jax import experience, train
+from grpo_jax import advantages, experience, train
 from grpo_jax.config import AdvantageConfig, MonitorConfig
 from grpo_jax.runlog import read_jsonl
 from tests.test_logging import _event_file_records
@@ -22,12 +22,12 @@ from tests.test_train import _leaves, tiny_config
 VARIED = ("task.name=translation", "sampling.max_new_tokens=16", "steps=2")
 
 
-def _grpo_advantages(totals_BG: np.ndarray, eps: float = 1e-6) -> np.ndarray:
+def _grpo_advantages(totals_BxG: np.ndarray, eps: float = 1e-6) -> np.ndarray:
     """grpo: group z-score of the weighted totals, ddof 1, + eps; a constant group gets 0."""
-    mean = totals_BG.mean(axis=1, keepdims=True)
-    std = totals_BG.std(axis=1, ddof=1, keepdims=True)
-    const = (totals_BG.max(axis=1) == totals_BG.min(axis=1))[:, None]
-    return np.where(const, 0.0, (totals_BG - mean) / (std + eps))
+    mean = totals_BxG.mean(axis=1, keepdims=True)
+    std = totals_BxG.std(axis=1, ddof=1, keepdims=True)
+    const = (totals_BxG.max(axis=1) == totals_BxG.min(axis=1))[:, None]
+    return np.where(const, 0.0, (totals_BxG - mean) / (std + eps))
 
 
 def _pearson(x: np.ndarray, y: np.ndarray) -> float:
@@ -113,7 +113,8 @@ def test_reward_weight_curriculum_runs_through_the_trainer(tmp_path):
         m, exp = out.metrics, out.experience
         weights.append(m["control/weight/format"])
         w = tr.reward_weights.at(tr.step - 1)
-        np.testing.assert_allclose(exp.totals, (exp.rewards * w).sum(-1), rtol=1e-6)
+        _, aux = advantages.compute_advantages(exp.rewards, w, cfg=tr.cfg.advantage)
+        np.testing.assert_allclose(aux["totals"], (exp.rewards * w).sum(-1), rtol=1e-6)
     assert weights == pytest.approx([0.0, 0.05, 0.1, 0.15])  # the task's base weight 0.2 x ramp 0, 1/4, 2/4, 3/4
 
 

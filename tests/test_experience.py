@@ -24,7 +24,7 @@ def trainer(tmp_path_factory):
 
 def _experience(tr, key=0, n=4):
     weights = tr.reward_weights.at(0)
-    return experience.experience(tr.actor, tr.state.params, tr.next_rows(n), jax.random.key(key), weights=weights,
+    return experience.experience(tr.actor, tr.state.params, tr.next_rows(n), jax.random.key(key),
                                  temperature=1.0), weights
 
 
@@ -44,8 +44,6 @@ def test_batch_from_experience_sets_every_field_with_the_rollouts_rows(trainer):
     np.testing.assert_array_equal(batch.tokens[5, p:], ro.tokens[1, 1])
     np.testing.assert_array_equal(batch.advantages, np.arange(16))
     np.testing.assert_array_equal(batch.old_logp, np.asarray(ro.logprobs).reshape(16, t))
-    # the totals an Experience carries are the one weighted_total of its rewards
-    np.testing.assert_array_equal(exp.totals, np.asarray(weighted_total(exp.rewards, weights)))
 
 
 @pytest.mark.parametrize("missing", BATCH_FIELDS)
@@ -71,15 +69,14 @@ def test_select_groups_across_rounds_keeps_each_groups_sequences(trainer):
     rounds = [_experience(trainer, key=k, n=n)[0] for k, n in ((1, 4), (2, 3))]
     selection = [(1, 2), (0, 0), (1, 0)]
     picked = experience.select_groups(rounds, selection, pad_id=trainer.actor.tokenizer.pad_id)
-    seq, seq_mask = (np.asarray(x) for x in experience.sampler.full_sequences(picked.rollout))
+    seq, seq_mask = (np.asarray(x) for x in experience.full_sequences(picked.rollout))
     g = picked.rollout.tokens.shape[1]
     for j, (rnd, i) in enumerate(selection):
-        own, own_mask = (np.asarray(x) for x in experience.sampler.full_sequences(rounds[rnd].rollout))
+        own, own_mask = (np.asarray(x) for x in experience.full_sequences(rounds[rnd].rollout))
         for k in range(g):
             mine, theirs = seq[j * g + k][seq_mask[j * g + k]], own[i * g + k][own_mask[i * g + k]]
             np.testing.assert_array_equal(mine, theirs)
         np.testing.assert_array_equal(picked.rewards[j], rounds[rnd].rewards[i])
-        np.testing.assert_array_equal(picked.totals[j], rounds[rnd].totals[i])
         assert picked.rows[j] == rounds[rnd].rows[i]
         assert picked.texts[j * g : (j + 1) * g] == rounds[rnd].texts[i * g : (i + 1) * g]
 
@@ -91,7 +88,8 @@ def test_collect_with_dynamic_sampling_keeps_only_groups_whose_totals_vary(train
                                       n_prompts=3, weights=weights, dynamic=dyn,
                                       advantage=trainer.cfg.advantage, temperature=1.0)
     assert exp.rewards.shape[:2] == (3, 4) and len(exp.rows) == 3 and len(exp.texts) == 12
-    informative = exp.totals.max(axis=1) > exp.totals.min(axis=1)
+    totals = np.asarray(weighted_total(exp.rewards, weights))
+    informative = totals.max(axis=1) > totals.min(axis=1)
     # informative groups first; fill (zero-variance groups) only when the rounds ran out
     assert informative.sum() == metrics["dynamic/kept"]
     assert list(informative) == sorted(informative, reverse=True)

@@ -182,7 +182,7 @@ def test_reason_counts_per_step_equal_a_hand_count():
     ro = _rollout(actor.tokenizer, TEXTS)
     r, texts, reasons = experience.score_with_reasons(actor, rows, ro)
     assert texts == [t for row in TEXTS for t in row]
-    exp = experience.Experience(rows=tuple(rows), rollout=ro, rewards=r, totals=r.sum(-1), texts=tuple(texts),
+    exp = experience.Experience(rows=tuple(rows), rollout=ro, rewards=r, texts=tuple(texts),
                                 reasons=tuple(reasons))
     metrics = experience.host_metrics(exp, actor.dims)
     assert {k: v for k, v in metrics.items() if k.startswith("reason/")} == HAND_COUNT

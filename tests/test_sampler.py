@@ -16,7 +16,8 @@ import pytest
 
 import models
 from grpo_jax import sampler
-from grpo_jax.sampler import full_sequences, process_logits, sample
+from grpo_jax.experience import full_sequences
+from grpo_jax.sampler import process_logits, sample
 from models.rope import rope_positions
 
 
