@@ -33,7 +33,7 @@ def estimate_pass_rates(actor: experience.Actor, params, rows, *, k: int, temper
         chunk = rows[start : start + batch_size]
         ro = experience.rollout(actor, params, chunk, jax.random.fold_in(key, start), group_size=k,
                                 temperature=temperature)
-        r, _ = experience.score(actor, chunk, ro)
+        r = experience.score(actor, chunk, ro).rewards
         rates.append(np.mean(r[..., 0] >= 1.0 - 1e-6, axis=1))
     return np.concatenate(rates) if rates else np.zeros(0)
 

@@ -112,15 +112,9 @@ def rollout(actor: Actor, params, rows: Sequence[Row], key: jax.Array, *, group_
     return ro if ro.tokens.shape[0] == len(rows) else jax.tree.map(lambda x: x[: len(rows)], ro)
 
 
-def score(actor: Actor, rows: Sequence[Row], ro: sampler.Rollout) -> tuple[np.ndarray, list[str]]:
-    """R [B, G, K] and the decoded completions [B*G] (`score_with_reasons` without the reasons)."""
-    return score_with_reasons(actor, rows, ro)[:2]
-
-
-def score_with_reasons(actor: Actor, rows: Sequence[Row],
-                       ro: sampler.Rollout) -> tuple[np.ndarray, list[str], list[dict[str, str]]]:
-    """R [B, G, K], the decoded completions [B*G] and each completion's reward reasons [B*G] {dimension:
-    info["reason"]}. Each process scores the groups that live on its devices (`sharding.process_rows` of
+def score(actor: Actor, rows: Sequence[Row], ro: sampler.Rollout) -> Experience:
+    """The rollout scored: R [B, G, K], the decoded completions [B*G] and each completion's reward reasons
+    [B*G] {dimension: info["reason"]}, as an Experience. Each process scores the groups that live on its devices (`sharding.process_rows` of
     the rollout mesh) and R and the reasons are gathered after, so an expensive reward (sandboxed code) is
     not run by every host on every row; the completions are decoded on every host."""
     toks, lengths = sharding.to_host(ro.tokens), sharding.to_host(ro.lengths)
@@ -136,7 +130,8 @@ def score_with_reasons(actor: Actor, rows: Sequence[Row],
                                              samples)
         r, codes = r_flat.reshape(r.shape), reason_codes(infos["per_response"], actor.dims).reshape(codes.shape)
     codes = sharding.gather_rows(codes, owned, b).reshape(b * g, len(actor.specs), REASON_BYTES)
-    return sharding.gather_rows(r, owned, b), texts, reasons_from_codes(codes, actor.dims)
+    return Experience(rows=tuple(rows), rollout=ro, rewards=sharding.gather_rows(r, owned, b), texts=tuple(texts),
+                      reasons=tuple(reasons_from_codes(codes, actor.dims)))
 
 
 # a reward's info["reason"] is a short identifier ("multiple_answers", "timeout"); longer ones are cut here
@@ -162,8 +157,7 @@ def reasons_from_codes(codes: np.ndarray, dims: Sequence[str]) -> list[dict[str,
 def experience(actor: Actor, params, rows: Sequence[Row], key: jax.Array, *, temperature: float) -> Experience:
     """One rollout round of these rows, scored."""
     ro = rollout(actor, params, rows, key, group_size=actor.sampling.group_size, temperature=temperature)
-    r, texts, reasons = score_with_reasons(actor, rows, ro)
-    return Experience(rows=tuple(rows), rollout=ro, rewards=r, texts=tuple(texts), reasons=tuple(reasons))
+    return score(actor, rows, ro)
 
 
 def collect(actor: Actor, params, draw: Callable[[int], list[Row]], key: jax.Array, *, n_prompts: int,
@@ -230,7 +224,7 @@ def evaluate(actor: Actor, params, rows: Sequence[Row], *, batch_size: int = 256
     for start in range(0, len(rows), batch_size):
         chunk = rows[start : start + batch_size]
         ro = rollout(actor, params, chunk, jax.random.key(0), group_size=1, temperature=0.0)
-        scores.append(score(actor, chunk, ro)[0][:, 0])
+        scores.append(score(actor, chunk, ro).rewards[:, 0])
     r = np.concatenate(scores)
     out = {"eval/accuracy": float(np.mean(r[:, 0] >= 1.0 - 1e-6)), "eval/score": float(np.mean(r[:, 0]))}
     if "format" in actor.dims:

@@ -180,10 +180,8 @@ def test_reason_counts_per_step_equal_a_hand_count():
     actor = _actor()
     rows = [{"prompt": "1+1=?", "answer": "2"}] * 2
     ro = _rollout(actor.tokenizer, TEXTS)
-    r, texts, reasons = experience.score_with_reasons(actor, rows, ro)
-    assert texts == [t for row in TEXTS for t in row]
-    exp = experience.Experience(rows=tuple(rows), rollout=ro, rewards=r, texts=tuple(texts),
-                                reasons=tuple(reasons))
+    exp = experience.score(actor, rows, ro)
+    assert list(exp.texts) == [t for row in TEXTS for t in row]
     metrics = experience.host_metrics(exp, actor.dims)
     assert {k: v for k, v in metrics.items() if k.startswith("reason/")} == HAND_COUNT
     # the logged samples carry each completion's reasons beside its rewards

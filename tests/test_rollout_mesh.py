@@ -1,4 +1,4 @@
-"""Data-parallel rollouts inside the Trainer (issue 19): prompts split over the mesh's data axes, each device
+"""Data-parallel rollouts inside the Trainer: prompts split over the mesh's data axes, each device
 decoding its own groups, the same tokens as one device for the same key; rows that do not divide are padded
 and dropped; each process scores only its own groups."""
 
@@ -38,8 +38,8 @@ SCRIPT = textwrap.dedent("""
         rows = tr.stream.rows[:n]
         ro = experience.rollout(tr.actor, tr.state.params, rows, key, group_size=4, temperature=1.0)
         ref = experience.rollout(one, one_params, rows, key, group_size=4, temperature=1.0)
-        r_mesh, _ = experience.score(tr.actor, rows, ro)
-        r_one, _ = experience.score(one, rows, ref)
+        r_mesh = experience.score(tr.actor, rows, ro).rewards
+        r_one = experience.score(one, rows, ref).rewards
         out[f"b{n}"] = {"shape": list(ro.tokens.shape), "tokens": np.asarray(ro.tokens).tolist(),
                         "ref_tokens": np.asarray(ref.tokens).tolist(),
                         "logprobs_diff": float(np.max(np.abs(np.asarray(ro.logprobs) - np.asarray(ref.logprobs)))),
