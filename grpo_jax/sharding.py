@@ -74,6 +74,7 @@ def _orbax_barriers_off_the_devices() -> None:
     and both processes wait forever (seen here: two processes with dynamic sampling and a checkpoint every
     step hung in step 2). Orbax's switch to the distributed client's barrier, which does not touch the
     devices, removes the hang."""
+    # only multi-process runs need orbax's flag: a single process never imports absl or orbax for it
     from absl import flags
 
     import orbax.checkpoint  # noqa: F401  (defines the flag)
