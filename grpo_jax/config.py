@@ -3,10 +3,13 @@ loss), the training controls (entropy coefficient, temperature, reward weights),
 
 Every field is checked in ``__post_init__`` through shared helpers (``_fail``, ``_check_choice``,
 ``is_finite_number``); an invalid value raises ``ValueError`` naming the class and field.
-``ADVANTAGE_ESTIMATORS`` is the one list of estimator names (``grpo_jax.advantages`` builds its registry
-from it); ``POLICY_LOSSES`` names the keys of the loss registry in ``grpo_jax.losses`` (a test keeps the two
-equal). This module is the ground floor: it imports nothing
-from the package, so the code that reads a config never has to be imported to build one.
+This module is the ground floor: it imports nothing from the package (nor jax; from ``models`` only the
+option lists of ``models.config``), so the code that reads a config never has to be imported to build one.
+
+Each list of names validated here is defined here, once, and the module that implements the names reads
+it from here instead of copying it (``registry`` fails at import when a listed name has no implementation
+or an implementation is not listed). ``REMAT_MODES`` and ``LORA_TARGETS`` are the model's own options:
+they live in ``models.config`` (the floor below, imported here without jax) and are read from there.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ import types
 import typing
 from collections.abc import Mapping
 
+from models.config import LORA_TARGETS, REMAT_MODES
+
 ADVANTAGE_ESTIMATORS = (
     "grpo",  # weighted sum over K, then group z-score (DeepSeekMath; TRL sum_then_normalize)
     "grpo_batch_std",  # group mean, batch std (TRL scale_rewards="batch")
@@ -32,14 +37,26 @@ ADVANTAGE_ESTIMATORS = (
     "per_dim",  # per-dimension group z-score, weighted sum, no batch step
     "passk",  # pass@k advantage of binary outcomes (Chen et al. 2025; verl _calc_passk_adv)
 )
-POLICY_LOSSES = ("ppo", "vanilla", "gspo", "gspo_token", "clip_cov", "kl_cov", "cispo", "sapo", "gmpo", "dppo_tv",
-                 "dppo_kl")
+POLICY_LOSSES = (  # the keys of grpo_jax.losses.POLICY_LOSSES, in this order
+    "ppo",  # PPO-clip / GRPO token ratio pi_theta / pi_old
+    "vanilla",  # verl's name for "ppo" (the same function)
+    "gspo",  # sequence-level length-normalised ratio, clipped per sequence (GSPO)
+    "gspo_token",  # GSPO's sequence ratio with a per-token gradient (GSPO-token)
+    "clip_cov",  # PPO-clip, gradient detached on a few high-covariance tokens (Clip-Cov)
+    "kl_cov",  # no clip; |log ratio| penalty on the top-covariance tokens (KL-Cov)
+    "cispo",  # clipped, stop-gradient IS weight x log pi_theta (CISPO, MiniMax-M1)
+    "sapo",  # soft sigmoid gate instead of the hard clip (SAPO)
+    "gmpo",  # geometric mean of the token ratios, log-ratio clipped (GMPO)
+    "dppo_tv",  # -A rho inside a binary total-variation trust region (DPPO)
+    "dppo_kl",  # -A rho inside a binary-KL trust region (DPPO)
+)
 AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
 KL_ESTIMATORS = ("k1", "k2", "k3")
-# Row formats of data files (= "auto" + grpo_jax.tasks.adapters.FORMATS, which a test keeps equal), chat modes
-# (= grpo_jax.tasks.chat.CHAT_MODES) and prompt-cleaning actions (= grpo_jax.rewards.sanitize.ACTIONS + "off").
+# Row formats of data files: "auto", then the keys of grpo_jax.tasks.adapters.FORMATS (columns and native rows:
+# its module docstring) in detection order: "auto" takes the first of them whose columns a row has.
 ROW_FORMATS = ("auto", "humaneval", "mbpp", "mcq", "gsm8k", "math", "translation", "prompt_answer")
-CHAT_MODES = ("auto", "always", "never")
+CHAT_MODES = ("auto", "always", "never")  # which rows get the chat template (grpo_jax.tasks.chat reads this)
+# Prompt cleaning: grpo_jax.rewards.sanitize.ACTIONS is this list without "off" (no cleaning at all).
 SANITIZE_ACTIONS = ("strip", "drop", "flag", "off")
 
 # Clip ranges used when eps_low / eps_high are left as None.
@@ -77,6 +94,19 @@ def is_finite_number(x) -> bool:
         return math.isfinite(float(x))
     except (TypeError, ValueError):
         return False
+
+
+def registry(kind: str, names: tuple[str, ...], found: Mapping[str, typing.Any]) -> dict[str, typing.Any]:
+    """`found` (name -> implementation) in the order of `names`, the list of `kind` names defined here.
+
+    The implementing module calls it at import, so a listed name with no implementation, or an
+    implementation under a name not listed, fails on import instead of when a run asks for it."""
+    missing = [n for n in names if n not in found]
+    unlisted = [n for n in found if n not in names]
+    if missing or unlisted:
+        raise ValueError(f"{kind} names differ from grpo_jax.config's list {names}: not implemented {missing}, "
+                         f"not listed {unlisted}")
+    return {n: found[n] for n in names}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -440,7 +470,6 @@ class MonitorConfig:
 # --------------------------------------------------------------------------------------------------
 
 
-REMAT_MODES = ("none", "full", "dots")  # = models.config.REMAT_MODES (a test keeps the two equal)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -534,7 +563,8 @@ class SamplingConfig:
                   "top-k/top-p change the sampled distribution; use 'recompute' so ratios compare like with like")
 
 
-# The fields of grpo_jax.rewards.RewardSpec (a test keeps the two equal): the keys a rewards.specs entry may have.
+# The keys a rewards.specs entry may have: the fields of grpo_jax.rewards.RewardSpec, in order (its module
+# refuses to import when they differ: it is too heavy to import here).
 REWARD_SPEC_FIELDS = ("name", "weight", "kwargs", "version", "label")
 
 
@@ -665,7 +695,6 @@ class LoggingConfig:
         _at_least(self, ("samples_per_step",), 0)
 
 
-LORA_TARGETS = ("q", "k", "v", "o", "gate", "up", "down")  # = models.lora.TARGETS (a test keeps the two equal)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -920,7 +949,7 @@ def config_reference(cfg=None, prefix: str = "") -> list[tuple[str, str, str]]:
     return rows
 
 
-if __name__ == "__main__":  # python -m grpo_jax.config  -> the README's config reference table
+if __name__ == "__main__":  # python -m grpo_jax.config  -> docs/configuration.md's config reference table
     print("| key | default | meaning |\n|---|---|---|")
     for key, default, comment in config_reference():
         print(f"| `{key}` | `{default}` | {comment.replace('|', '/')} |")

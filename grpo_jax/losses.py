@@ -30,12 +30,32 @@ from typing import Callable
 import jax
 import jax.numpy as jnp
 
-from grpo_jax.config import LossConfig
+from grpo_jax.config import POLICY_LOSSES as LOSS_NAMES
+from grpo_jax.config import LossConfig, registry
 from grpo_jax.diagnostics import masked_quantile
 
 Array = jax.Array
 Metrics = dict[str, Array]
 PolicyLoss = Callable[..., tuple[Array, Metrics]]
+
+_REGISTERED: dict[str, PolicyLoss] = {}
+
+
+def register(*names: str) -> Callable[[PolicyLoss], PolicyLoss]:
+    """Decorator: the policy loss of `names`. Each must be in config.POLICY_LOSSES, the one list of loss
+    names (LossConfig validates against it, and POLICY_LOSSES below is built in its order)."""
+    unlisted = [n for n in names if n not in LOSS_NAMES]
+    if unlisted:
+        raise ValueError(f"policy losses {unlisted} are not in grpo_jax.config.POLICY_LOSSES: add them there")
+
+    def add(fn: PolicyLoss) -> PolicyLoss:
+        taken = [n for n in names if n in _REGISTERED]
+        if taken:
+            raise ValueError(f"policy losses {taken} are registered twice")
+        _REGISTERED.update(dict.fromkeys(names, fn))
+        return fn
+
+    return add
 
 
 # ----------------------------------------------------------------------------------------- building blocks
@@ -141,6 +161,7 @@ def _clipped_surrogate(ratio: Array, adv: Array, cfg: LossConfig) -> tuple[Array
 # Each: (cfg, *, logp, old_logp, adv, mask, key) -> (per-token loss [N, T], {name: per-token map}).
 
 
+@register("ppo", "vanilla")
 def ppo_loss(
     cfg: LossConfig, *, logp: Array, old_logp: Array, adv: Array, mask: Array, key: Array
 ) -> tuple[Array, Metrics]:
@@ -157,6 +178,7 @@ def _seq_log_ratio(logp: Array, old_logp: Array, mask: Array) -> Array:
     return jnp.sum(diff, -1, keepdims=True) / jnp.maximum(jnp.sum(mask, -1, keepdims=True), 1)
 
 
+@register("gspo")
 def gspo_loss(
     cfg: LossConfig, *, logp: Array, old_logp: Array, adv: Array, mask: Array, key: Array
 ) -> tuple[Array, Metrics]:
@@ -171,6 +193,7 @@ def gspo_loss(
     return loss, {**maps, "ratio": ratio}
 
 
+@register("gspo_token")
 def gspo_token_loss(
     cfg: LossConfig, *, logp: Array, old_logp: Array, adv: Array, mask: Array, key: Array
 ) -> tuple[Array, Metrics]:
@@ -185,6 +208,7 @@ def gspo_token_loss(
     return loss, {**maps, "ratio": ratio}
 
 
+@register("clip_cov")
 def clip_cov_loss(
     cfg: LossConfig, *, logp: Array, old_logp: Array, adv: Array, mask: Array, key: Array
 ) -> tuple[Array, Metrics]:
@@ -201,6 +225,7 @@ def clip_cov_loss(
     return jnp.where(selected, 0.0, loss), {**maps, "ratio": ratio, "cov_selected": selected}
 
 
+@register("kl_cov")
 def kl_cov_loss(
     cfg: LossConfig, *, logp: Array, old_logp: Array, adv: Array, mask: Array, key: Array
 ) -> tuple[Array, Metrics]:
@@ -222,6 +247,7 @@ def kl_cov_loss(
     return loss, {**maps, "ratio": ratio, "cov_selected": selected}
 
 
+@register("cispo")
 def cispo_loss(
     cfg: LossConfig, *, logp: Array, old_logp: Array, adv: Array, mask: Array, key: Array
 ) -> tuple[Array, Metrics]:
@@ -238,6 +264,7 @@ def cispo_loss(
     return -weight * adv * logp, {**maps, "ratio": ratio}
 
 
+@register("sapo")
 def sapo_loss(
     cfg: LossConfig, *, logp: Array, old_logp: Array, adv: Array, mask: Array, key: Array
 ) -> tuple[Array, Metrics]:
@@ -255,6 +282,7 @@ def sapo_loss(
     return -adv * gate, {**maps, "ratio": ratio}
 
 
+@register("gmpo")
 def gmpo_loss(
     cfg: LossConfig, *, logp: Array, old_logp: Array, adv: Array, mask: Array, key: Array
 ) -> tuple[Array, Metrics]:
@@ -287,6 +315,7 @@ def _dppo(valid: Array, ratio: Array, adv: Array, dropped_low: Array, dropped_hi
     return jnp.where(valid, -adv * ratio, 0.0), {**maps, "ratio": ratio}
 
 
+@register("dppo_tv")
 def dppo_tv_loss(
     cfg: LossConfig, *, logp: Array, old_logp: Array, adv: Array, mask: Array, key: Array
 ) -> tuple[Array, Metrics]:
@@ -303,6 +332,7 @@ def dppo_tv_loss(
     return _dppo(~(too_high | too_low), ratio, adv, too_low, too_high)
 
 
+@register("dppo_kl")
 def dppo_kl_loss(
     cfg: LossConfig, *, logp: Array, old_logp: Array, adv: Array, mask: Array, key: Array
 ) -> tuple[Array, Metrics]:
@@ -323,19 +353,8 @@ def dppo_kl_loss(
     return _dppo(~(too_high | too_low), ratio, adv, too_low, too_high)
 
 
-POLICY_LOSSES: dict[str, PolicyLoss] = {
-    "ppo": ppo_loss,
-    "vanilla": ppo_loss,
-    "gspo": gspo_loss,
-    "gspo_token": gspo_token_loss,
-    "clip_cov": clip_cov_loss,
-    "kl_cov": kl_cov_loss,
-    "cispo": cispo_loss,
-    "sapo": sapo_loss,
-    "gmpo": gmpo_loss,
-    "dppo_tv": dppo_tv_loss,
-    "dppo_kl": dppo_kl_loss,
-}
+# The registry, in the order of config.POLICY_LOSSES; a listed loss without @register fails here, at import.
+POLICY_LOSSES: dict[str, PolicyLoss] = registry("policy loss", LOSS_NAMES, _REGISTERED)
 
 
 # ------------------------------------------------------------------------------- sampler-trainer corrections

@@ -4,13 +4,21 @@ from __future__ import annotations
 
 import dataclasses
 
-import jax.numpy as jnp
-
 ROPE_KINDS = ("rope", "rope2d", "mrope")
 ARCHS = ("llama", "qwen2", "qwen2_vl", "qwen3")
 LLAMA3_ROPE_KEYS = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
 DTYPES = ("float32", "bfloat16", "float16")
+# Option lists grpo_jax.config validates against: it imports them from here, so this module imports no jax at
+# import time (the dtype properties import it when asked).
 REMAT_MODES = ("none", "full", "dots")  # per-layer gradient checkpointing, see models.transformer.remat_policy
+LORA_TARGETS = ("q", "k", "v", "o", "gate", "up", "down")  # models.lora projections; the index seeds each init
+
+
+def _jnp_dtype(name: str):
+    # jax is imported here, not at the top, so that grpo_jax.config can read this module's lists without jax
+    import jax.numpy as jnp
+
+    return jnp.dtype(name)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,11 +103,11 @@ class ModelConfig:
 
     @property
     def jnp_dtype(self):
-        return jnp.dtype(self.dtype)
+        return _jnp_dtype(self.dtype)
 
     @property
     def jnp_param_dtype(self):
-        return jnp.dtype(self.param_dtype)
+        return _jnp_dtype(self.param_dtype)
 
     def replace(self, **changes) -> "ModelConfig":
         return dataclasses.replace(self, **changes)

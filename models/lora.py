@@ -25,10 +25,10 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
-from models.config import ModelConfig
+from models.config import LORA_TARGETS, ModelConfig
 from models.keys import as_typed_key
 
-TARGETS = ("q", "k", "v", "o", "gate", "up", "down")  # = grpo_jax.config.LORA_TARGETS (a test keeps them equal)
+TARGETS = LORA_TARGETS  # the projections an adapter can sit on (the list lives in models.config)
 ADAPTER_DTYPE = jnp.float32
 
 

@@ -6,7 +6,6 @@ drops the template's control tokens but keeps the think/answer tags."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,12 +14,13 @@ from grpo_jax.config import TaskConfig
 from grpo_jax.data import DataError, encode_prompts, load_task_data
 from grpo_jax.tasks import chat, get_task
 from grpo_jax.tokenizer import TAGS, HFTokenizer
+from tests.launchers import load_launcher
 
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("tokenizers")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
-from hf_math import CHATML, build_bpe_tokenizer  # noqa: E402
-from hf_math import CONTROL_TOKENS as CONTROL  # noqa: E402  (pad, turn start, turn end = EOS)
+hf_math = load_launcher("hf_math")  # experiments/hf_math.py: the offline Qwen-style tokenizer it builds
+CHATML, build_bpe_tokenizer = hf_math.CHATML, hf_math.build_bpe_tokenizer
+CONTROL = hf_math.CONTROL_TOKENS  # pad, turn start, turn end (= EOS)
 
 TRAIN_TEXTS = [f"Tom has {a} apples and gets {b} more. How many apples does he have? system user assistant"
                for a in range(20) for b in range(15)]  # 300 short strings
@@ -160,8 +160,8 @@ def test_system_prompt_renders_plain_rows_as_user_turns(tok, tmp_path):
 
 def test_report_counts_messages_rows_anywhere_in_the_file(tok, tmp_path):
     """A file whose first row is a plain prompt and whose second is a conversation: the second is rendered,
-    the first used as written, and the data report says one row was rendered (it used to look at the first
-    row only and leave "chat" out)."""
+    the first used as written, and the data report says one row was rendered (it counts every row, not
+    only the first, so "chat" is reported)."""
     path = write_rows(tmp_path / "mixed.jsonl", [PLAIN[0], {"messages": [USER], "answer": "7"}])
     rows, _, report = load(path, tok)
     assert rows[0]["prompt"] == PLAIN[0]["prompt"] and rows[1]["prompt"] == chatml([USER])

@@ -1,8 +1,10 @@
-"""Config: overrides, validation errors naming the field, round trip, README documents every field."""
+"""Config: overrides, validation errors naming the field, round trip, docs/configuration.md documents every field."""
 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -33,10 +35,10 @@ def test_bad_values_name_the_field(item, words):
         override(TrainConfig(), [item])
 
 
-def test_readme_documents_every_config_field():
-    readme = open(os.path.join(ROOT, "README.md")).read()
-    missing = [key for key, _, _ in config_reference() if f"`{key}`" not in readme]
-    assert not missing, f"README config reference lacks {missing}: regenerate with python -m grpo_jax.config"
+def test_config_reference_documents_every_config_field():
+    reference = open(os.path.join(ROOT, "docs", "configuration.md")).read()
+    missing = [key for key, _, _ in config_reference() if f"`{key}`" not in reference]
+    assert not missing, f"docs/configuration.md lacks {missing}: regenerate with python -m grpo_jax.config"
     assert all(comment for _, _, comment in config_reference()), "every config field needs a comment"
 
 
@@ -80,13 +82,26 @@ def test_integer_fields_take_integral_numbers_and_string_fields_take_the_text():
         TrainConfig(steps=2.5)  # built in Python, not through override / from_dict
 
 
-def test_reward_spec_fields_match_the_registry():
-    import dataclasses
+def test_registry_follows_the_listed_order_and_refuses_a_mismatch():
+    # What losses, adapters (and the import-time checks built on it) rely on: a registry built from a
+    # config list has its order, and a name missing on either side fails when the module is imported.
+    from grpo_jax.config import registry
 
-    from grpo_jax.config import REWARD_SPEC_FIELDS
-    from grpo_jax.rewards import RewardSpec
+    assert list(registry("thing", ("b", "a"), {"a": 1, "b": 2})) == ["b", "a"]
+    with pytest.raises(ValueError, match=r"^thing names differ .*: not implemented \['c'\], not listed \[\]"):
+        registry("thing", ("a", "c"), {"a": 1})
+    with pytest.raises(ValueError, match=r"not implemented \[\], not listed \['x'\]"):
+        registry("thing", ("a",), {"a": 1, "x": 2})
 
-    assert REWARD_SPEC_FIELDS == tuple(f.name for f in dataclasses.fields(RewardSpec))
+
+@pytest.mark.parametrize("names, module", [("POLICY_LOSSES", "grpo_jax.losses"),
+                                           ("ROW_FORMATS", "grpo_jax.tasks.adapters"),
+                                           ("REWARD_SPEC_FIELDS", "grpo_jax.rewards.registry")])
+def test_a_config_name_without_an_implementation_fails_the_import(names, module):
+    # The lists live in grpo_jax.config only; the module implementing them checks itself against them at import.
+    code = f"import grpo_jax.config as c; c.{names} += ('extra',); import {module}"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert out.returncode != 0 and "ValueError" in out.stderr and "'extra'" in out.stderr, out.stderr[-2000:]
 
 
 def test_reward_spec_errors_from_the_registry_name_the_entry():
@@ -135,3 +150,12 @@ def test_inert_settings_name_what_acts_on_nothing():
     # with two minibatches an update has half the tokens
     assert inert_settings(override(base, ["loss.policy_loss=clip_cov", f"loss.clip_cov_ratio={3 / 4096}",
                                           "minibatches=2"]))
+
+
+def test_building_a_config_imports_no_jax():
+    """config validates against models.config's lists without importing jax (models loads its names lazily),
+    so building or checking a config never waits on the code that reads it."""
+    code = ("import sys, grpo_jax.config as c; c.override(c.TrainConfig(), ['model.remat=full', 'lora.rank=4']); "
+            "print(sorted(m for m in ('jax', 'numpy', 'models.transformer') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert out.stdout.strip() == "[]"

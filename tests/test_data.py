@@ -190,8 +190,8 @@ def test_empty_jsonl_files_name_the_file_and_the_setting(tmp_path):
 
 
 def test_jsonl_math_without_an_eval_file_asks_for_task_eval_path(tmp_path):
-    """The held-out split was asked for while task.train_path was set: the message used to say
-    "set task.train_path"."""
+    """The held-out split was asked for while task.train_path was set: the message asks for task.eval_path
+    (not "set task.train_path", which is already set)."""
     from grpo_jax.config import TaskConfig
     from grpo_jax.data import load_task_data
     from grpo_jax.tasks import get_task

@@ -380,8 +380,15 @@ def test_every_loss_under_jit_and_vmap_matches_eager():
                 np.testing.assert_allclose(got, metrics[m], rtol=1e-5, atol=1e-6, err_msg=f"{name} {m}")
 
 
-def test_config_validation_and_registry():
-    assert tuple(losses.POLICY_LOSSES) == config_lib.POLICY_LOSSES
+def test_register_refuses_a_loss_the_config_does_not_list_or_a_name_twice():
+    with pytest.raises(ValueError, match=r"\['grpo'\] are not in grpo_jax.config.POLICY_LOSSES"):
+        losses.register("ppo", "grpo")
+    with pytest.raises(ValueError, match=r"\['gspo'\] are registered twice"):
+        losses.register("gspo")(losses.ppo_loss)
+    assert losses.POLICY_LOSSES["gspo"] is losses.gspo_loss and losses.POLICY_LOSSES["vanilla"] is losses.ppo_loss
+
+
+def test_config_validation():
     with pytest.raises(ValueError, match=r"LossConfig\.policy_loss.*known: ppo, vanilla, gspo"):
         LossConfig(policy_loss="grpo")
     with pytest.raises(ValueError, match=r"LossConfig\.max_len_norm"):

@@ -30,7 +30,7 @@ TINY = [
 ]
 
 
-# Issue 19: with TINY alone the random model scores 0 on every completion, every advantage is 0, and loss,
+# Why SIGNAL: with TINY alone the random model scores 0 on every completion, every advantage is 0, and loss,
 # grad_norm and the param update are exactly 0, so comparing two runs compares zeros. A length reward (the
 # sampler's token count, `response_length`, against a target of 6 of the 12 new tokens) differs within
 # groups whose completions stop at different lengths, which gives a real gradient at every step.
@@ -120,7 +120,8 @@ def _final_params(run_dir):
 def test_one_step_changes_params_and_metrics_are_sane(tmp_path):
     tr = train.Trainer(tiny_config("steps=1", "loss.beta=0.04"), str(tmp_path), quiet=True)
     before = _leaves(tr.state.params)
-    metrics, timings, exp, _ = tr.step_once()
+    out = tr.step_once()
+    metrics, timings, exp = out.metrics, out.timings, out.experience
     texts, r = exp.texts, exp.rewards
     after = _leaves(tr.state.params)
     assert any((a != b).any() for a, b in zip(before, after))
@@ -166,7 +167,7 @@ def test_kill_minus_9_then_resume_is_bitwise_identical(tmp_path):
     steps = 6
     extra = (*SIGNAL, f"steps={steps}")
     subprocess.run(_run(tmp_path / "straight", *extra), check=True, cwd=ROOT, timeout=600)
-    # a random step (as the issue asks), seeded so that a failure reproduces
+    # a random step, so the resume is not tested at one fixed point only; seeded so that a failure reproduces
     kill_after = int(np.random.default_rng(KILL_SEED).integers(1, steps - 1))
     proc = subprocess.Popen(_run(tmp_path / "killed", *extra), cwd=ROOT)
     ckpts = tmp_path / "killed" / "checkpoints"
@@ -254,8 +255,8 @@ def test_nan_loss_skips_the_update():
 
 def test_bfloat16_params_train_and_keep_their_dtype():
     """bf16 params (the GPU/TPU benchmark preset): the step runs over 2 microbatches with a reference
-    model, moves the params, and every param and Adam moment stays bf16 (the averaged gradient used to be
-    promoted to f32 by the f32 token count, which broke the minibatch scan's carry)."""
+    model, moves the params, and every param and Adam moment stays bf16 (dividing the summed gradient by the
+    f32 token count must not promote it to f32: that would break the minibatch scan's carry)."""
     state, step, batch = _direct_step("microbatches=2", "loss.beta=0.04", dtype="bfloat16")
     new_state, metrics = step(state, batch, jax.random.key(2))
     assert float(metrics["skipped"]) == 0.0 and np.isfinite(float(metrics["loss"]))
@@ -291,7 +292,7 @@ MESH_SCRIPT = textwrap.dedent("""
     items = json.loads(sys.argv[1])
     tr = train.Trainer(override(TrainConfig(), items), sys.argv[2], quiet=True)
     initial = [np.asarray(x).tolist() for x in jax.tree.leaves(tr.state.params)]
-    metrics = [tr.step_once()[0] for _ in range(2)]
+    metrics = [tr.step_once().metrics for _ in range(2)]
     qkv = tr.state.params["layers"][0]["qkv"]
     print(json.dumps({"losses": [m["loss"] for m in metrics], "grad_norms": [m["grad_norm"] for m in metrics],
                       "skipped": [m["skipped"] for m in metrics], "spec": str(qkv.sharding.spec),
@@ -339,7 +340,7 @@ DIST_SCRIPT = textwrap.dedent("""
     from grpo_jax import sharding
     owned = sharding.process_rows(tr.mesh, 4)  # each process scores only the 2 groups on its devices
     assert sorted(np.concatenate(owned).tolist()) == [0, 1, 2, 3] and [len(o) for o in owned] == [2, 2]
-    metrics = [tr.step_once()[0] for _ in range(2)]
+    metrics = [tr.step_once().metrics for _ in range(2)]
     leaves = jax.tree.leaves(tr.state.params)
     assert all(x.is_fully_replicated for x in leaves)  # a data-only mesh: every process holds whole params
     params = [np.asarray(x.addressable_shards[0].data).tolist() for x in leaves]
@@ -393,13 +394,14 @@ def test_inner_epochs_and_minibatches_count_grpo_steps(tmp_path):
     assert tr.step == 2
 
 
-# ---- issue 18: run folders ----------------------------------------------------------------------------------
+# ---- run folders: interrupted, resumed, rerun; startup checks and what they log ------------------------------
 
 def _interrupt_before_first_checkpoint(out, cfg):
     """What a run killed (Ctrl-C, kill -9) after logging its first step, during its first save, leaves: rows
     in the step files, an unfinished orbax save, no checkpoint."""
     tr = train.Trainer(cfg, str(out), quiet=True)
-    metrics, timings, _, histograms = tr.step_once()
+    out = tr.step_once()
+    metrics, timings, histograms = out.metrics, out.timings, out.histograms
     tr.logger.log(1, metrics, timings=timings, histograms=histograms)
     tr.logger.close()
     (out / "checkpoints" / "1.orbax-checkpoint-tmp-1796000000").mkdir(parents=True)
@@ -413,8 +415,9 @@ def _events(out):
 
 
 def test_interrupted_before_its_first_checkpoint_restarts_keeping_the_old_logs(tmp_path):
-    """Issue 18: neither --resume nor a plain rerun could use such a folder (FileExistsError: "pass
-    resume_step=k", a parameter the command line does not have)."""
+    """A folder left by a run that stopped before its first checkpoint: both --resume and a plain rerun start
+    it again (rather than failing with FileExistsError: "pass resume_step=k", a parameter the command line
+    does not have), move the first attempt's logs to interrupted/ and log a restart event."""
     cfg = tiny_config("steps=2", "checkpoint.every=0")
     train.Trainer(cfg, str(tmp_path / "straight"), quiet=True).run()
     for name, resume in (("resumed", True), ("rerun", False)):
@@ -453,7 +456,8 @@ def test_a_setting_that_acts_on_nothing_is_logged_and_warned_at_the_start(tmp_pa
 
 
 def test_model_vocabulary_smaller_than_the_tokenizers_is_an_error_naming_both(tmp_path):
-    """Issue 18: JAX clamps out-of-range ids in the embedding lookup, so this trained silently on garbage."""
+    """JAX clamps out-of-range ids in the embedding lookup, so without this check such a model would train
+    silently on garbage."""
     import models
     from grpo_jax.tasks import get_task
 
@@ -470,7 +474,7 @@ def test_model_vocabulary_smaller_than_the_tokenizers_is_an_error_naming_both(tm
 
 
 def test_rejected_weights_file_is_logged_in_events(tmp_path):
-    """Issue 18: a rejected hot reload showed only on stderr."""
+    """A rejected hot reload of the reward weights is recorded in events.jsonl, not only warned on stderr."""
     wfile = tmp_path / "weights.json"
     wfile.write_text('{"math": "heavy"}')
     tr = train.Trainer(tiny_config("steps=1", f"rewards.weights.weights_file={wfile}"), str(tmp_path / "run"),
@@ -484,8 +488,9 @@ def test_rejected_weights_file_is_logged_in_events(tmp_path):
 
 
 def test_fallback_from_a_truncated_checkpoint_warns_once_without_event_loop_tracebacks(tmp_path):
-    """Issue 18: the abandoned reads of the bad step printed ~28 "RuntimeError: Event loop is closed"
-    tracebacks (only in a process that goes on working, hence the subprocess)."""
+    """Falling back from a truncated checkpoint warns once, and the abandoned reads of the bad step print no
+    "RuntimeError: Event loop is closed" tracebacks (those show only in a process that goes on working, hence
+    the subprocess)."""
     train.Trainer(tiny_config("steps=2"), str(tmp_path), quiet=True).run()
     state = tmp_path / "checkpoints" / "2" / "state"
     shards = [os.path.join(d, f) for d, _, fs in os.walk(state) for f in fs if os.path.basename(d) == "d"]

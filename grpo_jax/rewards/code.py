@@ -26,7 +26,8 @@ from grpo_jax.rewards.base import MissingFieldError, RewardInputError, RewardRes
 from grpo_jax.rewards.format import split_response
 from grpo_jax.rewards.sandbox import Isolation, Limits, SandboxResult, run_program
 
-CODE_VERSION = "2"  # 2: the tests run in their own process against plain-data results (issue 18)
+CODE_VERSION = "2"  # 2: the tests run in their own process against plain-data results (nothing the program patches
+# in its own process, builtins, exec or the harness, can make a test pass; see the module docstring)
 
 _FENCE_RE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
 _PYTHON_LANGS = {"python", "py", "python3", "py3"}

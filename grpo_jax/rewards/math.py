@@ -723,8 +723,8 @@ def _expr_equal(ea: Any, eb: Any, rel_tol: float | None) -> bool:
         return False
     if va.is_infinite or vb.is_infinite:
         return bool(va == vb)
-    # In mpmath numbers, not Python floats: a value past the float range (575! ~ 1e1338) was inf as a
-    # complex, and inf <= 1e-12 * inf called it equal to every number (a policy found that; version 3).
+    # In mpmath numbers, not Python floats: a value past the float range (575! ~ 1e1338) is inf as a Python
+    # complex, and inf <= 1e-12 * inf would call it equal to every number, a reward a policy learns to collect.
     a, b = _mp_complex(va), _mp_complex(vb)
     scale = max(abs(a), abs(b))  # no floor: 1/575! is not 0 either
     diff = abs(a - b)

@@ -15,12 +15,13 @@ import inspect
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import Any
 
 import numpy as np
 
+from grpo_jax.config import REWARD_SPEC_FIELDS
 from grpo_jax.rewards.base import RewardFn, RewardResult
 from grpo_jax.rewards.code import code_reward
 from grpo_jax.rewards.format import format_reward
@@ -98,6 +99,13 @@ class RewardSpec:
     @property
     def dimension(self) -> str:
         return self.label or self.name
+
+
+# config.REWARD_SPEC_FIELDS names these fields for the checks of a rewards.specs entry (config is built without
+# importing this module): the two differing fails here, at import.
+if tuple(f.name for f in fields(RewardSpec)) != REWARD_SPEC_FIELDS:
+    raise ValueError(f"RewardSpec fields {tuple(f.name for f in fields(RewardSpec))} differ from "
+                     f"grpo_jax.config.REWARD_SPEC_FIELDS {REWARD_SPEC_FIELDS}")
 
 
 def dimension_names(specs: Sequence[RewardSpec]) -> list[str]:

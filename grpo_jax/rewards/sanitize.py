@@ -20,8 +20,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from grpo_jax.config import SANITIZE_ACTIONS
+
 SANITIZE_VERSION = "2"  # 2: "?" ends a sentence (1 stripped the question before an injection with it)
-ACTIONS = ("strip", "drop", "flag")
+ACTIONS = tuple(a for a in SANITIZE_ACTIONS if a != "off")  # config's list; "off" = not called at all
 
 _OVERRIDE = re.compile(
     r"(?i)\b(?:ignore|disregard|forget)\s+(?:all\s+|any\s+|every\s+)?(?:of\s+)?(?:the\s+|your\s+|these\s+|my\s+)?"

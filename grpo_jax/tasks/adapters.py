@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
+from grpo_jax.config import ROW_FORMATS, registry
 from grpo_jax.rewards.math import boxed_contents
 from grpo_jax.tasks.base import formatted
 from grpo_jax.tasks.chat import check_messages
@@ -226,7 +227,10 @@ def native_row(row: Row) -> Row:
     return row
 
 
-FORMATS: Mapping[str, RowFormat] = MappingProxyType({f.name: f for f in (  # detection order
+# The formats by name, in detection order: the order of config.ROW_FORMATS, the one list of their names (less
+# "auto", which picks one of them). A format listed there and not defined here, or the reverse, fails at import.
+_NAMES = tuple(name for name in ROW_FORMATS if name != "auto")
+FORMATS: Mapping[str, RowFormat] = MappingProxyType(registry("row format", _NAMES, {f.name: f for f in (
     RowFormat("humaneval", (("prompt",), ("test",), ("entry_point",)), "code", humaneval_row),
     RowFormat("mbpp", (("text", "prompt"), ("test_list",)), "code", mbpp_row),
     RowFormat("mcq", (("question",), ("choices",), ("answer",)), "mcq", mcq_row),
@@ -234,7 +238,7 @@ FORMATS: Mapping[str, RowFormat] = MappingProxyType({f.name: f for f in (  # det
     RowFormat("math", (("problem",), ("solution",)), "math", math_row),
     RowFormat("translation", (("source", "src"), ("target", "tgt")), "translation", translation_row),
     RowFormat(NATIVE, (("prompt", "messages"),), "math", native_row),
-)})
+)}))
 
 # The rewards of each family: correctness (weight 1) then the think/answer format reward.
 FAMILY_REWARDS: Mapping[str, Mapping[str, Any]] = MappingProxyType({
