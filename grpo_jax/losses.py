@@ -466,12 +466,7 @@ def loss_terms(
         pg = pg * weight
         maps.update(corr_maps)
     if cfg.top_entropy_quantile < 1.0:
-        if entropies is None:
-            raise ValueError("LossConfig.top_entropy_quantile < 1 needs entropies")
-        ent = jnp.asarray(entropies, jnp.float32)
-        keep = high_entropy_mask(ent, mask, quantile=1.0 - cfg.top_entropy_quantile)
-        pg = jnp.where(keep, pg, 0.0)
-        maps["entropy_mask_kept"] = keep
+        pg, maps["entropy_mask_kept"] = _top_entropy_only(cfg, pg, entropies, mask)
     regularizer, reg_maps = _regularizers(
         cfg, logp=logp, mask=mask, ref_logp=ref_logp, entropies=entropies, entropy_coef=entropy_coef,
         sampler_logp=sampler,
@@ -480,6 +475,14 @@ def loss_terms(
     numerator, denominator = aggregate(per_token, mask, mode=cfg.agg_mode, max_len_norm=cfg.max_len_norm)
     metrics = _token_metrics(pg, logp - old_logp, mask, {**maps, **reg_maps})
     return numerator, denominator, metrics
+
+
+def _top_entropy_only(cfg: LossConfig, pg: Array, entropies: Array | None, mask: Array) -> tuple[Array, Array]:
+    """(pg on the top ``cfg.top_entropy_quantile`` of tokens by entropy, 0 elsewhere; the kept mask)."""
+    if entropies is None:
+        raise ValueError("LossConfig.top_entropy_quantile < 1 needs entropies")
+    keep = high_entropy_mask(jnp.asarray(entropies, jnp.float32), mask, quantile=1.0 - cfg.top_entropy_quantile)
+    return jnp.where(keep, pg, 0.0), keep
 
 
 def _regularizers(
