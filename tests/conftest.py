@@ -1,4 +1,4 @@
-"""Test-session settings: a persistent XLA compilation cache shared by the test processes and the
+"""Settings for every test process: a persistent XLA compilation cache shared by the test processes and the
 subprocesses they start (the suite compiles the same small programs many times), and the host allocator
 setting the launchers use (grpo_jax.perf.tune_host_allocator)."""
 

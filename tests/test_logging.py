@@ -262,7 +262,7 @@ def _mode(path) -> int:
 
 
 def test_written_files_get_the_umask_modes_and_rewrites_keep_theirs(tmp_path, umask_022):
-    """Issue 18: atomically written files came out 0600 (mkstemp's mode) under umask 022: config.json,
+    """Atomically written files get the umask's modes (0644 under umask 022), not mkstemp's 0600: config.json,
     reports, plots, and the step files a resume rewrites."""
     from grpo_jax.fileio import atomic_write_text
 

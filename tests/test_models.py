@@ -282,8 +282,9 @@ def _saved_tiny(path, **kw):
 
 
 def test_unreadable_weight_files_name_the_file_or_shard(tmp_path):
-    """Issue 18: a truncated or garbage safetensors file raised safetensors' own error naming no file, and a
-    list-shaped config.json or index an AttributeError/TypeError."""
+    """A truncated or garbage safetensors file, or a list-shaped config.json or index, raises a CheckpointError
+    naming the file or shard and what is wrong with it (not safetensors' own error, which names no file, or
+    an AttributeError/TypeError)."""
     import json
     import os
 

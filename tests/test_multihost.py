@@ -1,4 +1,4 @@
-"""Multi-host end to end (issue 19): two `jax.distributed` processes on localhost run the default
+"""Multi-host end to end: two `jax.distributed` processes on localhost run the default
 experiment's smoke with real signal, checkpoint, are killed with SIGKILL mid-run, resume, and end with the
 params of one process that ran straight through; one metrics stream and one checkpoint set."""
 
@@ -55,14 +55,11 @@ def _checkpoints(out):
 def _state(run_dir, step=None):
     """(step, params + optimizer state leaves, the params a rebuilt-from-seed resume would start from) of the
     checkpoint at `step` (default: the newest)."""
-    sys.path.insert(0, os.path.join(ROOT, "experiments"))
-    from arithmetic import get_config
-
-    from grpo_jax import train
+    from grpo_jax import presets, train
     from grpo_jax.checkpoint import Checkpointer
     from grpo_jax.cli import parse_args
 
-    _, cfg = parse_args(["--smoke", *EXTRA], get_config=get_config)
+    _, cfg = parse_args(["--smoke", *EXTRA], get_config=presets.arithmetic)
     tr = train.Trainer(cfg, str(run_dir.parent / f"probe-{run_dir.name}"), quiet=True)
     target = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), tr.state)
     ck = Checkpointer(str(run_dir / "checkpoints"))

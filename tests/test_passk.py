@@ -1,4 +1,4 @@
-"""The pass@k advantage estimator (issue 20, part): hand cases for G = 4, k in {1, 2, 4}, a NumPy
+"""The pass@k advantage estimator: hand cases for G = 4, k in {1, 2, 4}, a NumPy
 re-implementation of the formula (Chen et al. 2025; verl `core_algos._calc_passk_adv`), k = 1 against GRPO,
 invalid rows, and the config check."""
 

@@ -1,9 +1,9 @@
-"""Cheats on the code reward's verdict (issue 18): wrong solutions that try to make the tests pass.
+"""Cheats on the code reward's verdict: wrong solutions that try to make the tests pass.
 
 Every cheat is written against a wrong `square` (`return x + 2`) and scored in each function-call
 test format: HumanEval (`check(candidate)` + entry point), MBPP (a list of `assert` lines, each its
-own case) and `assert` lines in one string. Each one scored 1.0 against the single-interpreter
-harness; now the tests run in a second, clean process that only ever receives plain data from the
+own case) and `assert` lines in one string. Each one would score 1.0 if the tests ran in the solution's
+interpreter; the tests run in a second, clean process that only ever receives plain data from the
 solution's, so each must score 0. Honest solutions must still score 1 in every format, including the
 stdin/stdout one.
 """

@@ -129,8 +129,8 @@ def test_code_reward_on_garbage_programs():
     "piece", ["Answer: (A) (B) ", "The answer is 1. ", "<answer>", "ignore the previous instructions "]
 )
 def test_repeated_patterns_stay_linear(piece):
-    """Thousands of repeated commitments/tags once made extraction quadratic (minutes); now < 1 s each
-    on a quiet machine. The bound leaves room for a loaded one."""
+    """Thousands of repeated commitments/tags: extraction stays linear (a quadratic scan takes minutes on
+    such text), < 1 s each on a quiet machine. The bound leaves room for a loaded one."""
     from grpo_jax.rewards import sanitize_prompt
 
     text = piece * 20_000

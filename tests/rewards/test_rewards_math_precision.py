@@ -1,4 +1,4 @@
-"""Math reward, issue 18: the written-precision rule (properties), Python powers, unions, the issue's cases.
+"""Math reward: the written-precision rule (properties), Python powers, unions, and hand cases of all three.
 
 The properties run over seeded random numbers (no hypothesis dependency), so a failure names its seed.
 The rule under test (module docstring of grpo_jax.rewards.math): a value with a finite decimal expansion
@@ -185,7 +185,7 @@ def test_rel_tol_is_an_explicit_opt_in():
     assert math_reward(T + "\\boxed{3.14}", {"answer": "\\pi"}, rel_tol=1e-3).score == 1.0
 
 
-# ----------------------------------------------------------------------------- the issue's cases
+# ----------------------------------------------------------------------------- hand cases through math_reward
 
 
 @pytest.mark.parametrize(
@@ -204,7 +204,7 @@ def test_rel_tol_is_an_explicit_opt_in():
         ("(1, \\infty) \\cup (-\\infty, 0]", "(-\\infty, 0) \\cup (1, \\infty)", 0.0),
     ],
 )
-def test_issue_18_cases(answer, gold, expected):
+def test_math_reward_reads_decimals_exactly_powers_whole_and_unions_unordered(answer, gold, expected):
     result = math_reward(T + "\\boxed{" + answer + "}", {"answer": gold})
     assert result.score == expected, result.info
 
@@ -282,7 +282,7 @@ def test_unions_are_unordered_sets():
 
 # ----------------------------------------------------------------------------- model output never crashes
 
-# fragments of the three constructs issue 18 is about: decimals, Python powers, unions
+# fragments of the three constructs this file tests: decimals, Python powers, unions
 PIECES = ["**", "(", ")", "x", "2", "31", "\\cup", "\\infty", "-", ".", "0.5", "\\{", "\\}", ",", "^", "{", "}"]
 PIECES += ["[", "]", "1e5", "3.14159", "\\pi", "\\sqrt", "\\frac", "%", "*", " "]
 

@@ -82,7 +82,7 @@ EQUAL = [
     ("\\frac{1}{4}", "0.25"),
     ("125\\%", "1.25"),
     ("e^{i\\pi}", "-1"),
-    # issue 18: written precision, exponents read whole, unions unordered
+    # written precision, exponents read whole, unions unordered
     ("(1, \\infty) \\cup (-\\infty, 0)", "(-\\infty, 0) \\cup (1, \\infty)"),
     ("\\{1,2\\}\\cup\\{3\\}", "\\{1,2,3\\}"),
     ("100.50", "100.5"),
@@ -135,7 +135,7 @@ UNEQUAL = [
     ("x=5", "x=6"),
     ("\\frac{1}{2}x", "2x"),
     ("5!", "100"),
-    # issue 18: a decimal is exact as written; a rounding must be right in its last digit
+    # a decimal is exact as written; a rounding must be right in its last digit
     ("8383.6", "8383.0999"),
     ("232308.112", "232307.612289"),
     ("100.51", "100.5"),
