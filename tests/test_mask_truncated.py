@@ -17,7 +17,8 @@ def _rollout(truncated) -> sampler.Rollout:
     return sampler.Rollout(
         prompt_tokens=jnp.ones((1, 4), jnp.int32), prompt_mask=jnp.ones((1, 4), bool),
         tokens=jnp.full((1, g, T), 5, jnp.int32), completion_mask=jnp.ones((1, g, T), jnp.int32),
-        logprobs=jnp.zeros((1, g, T)), entropies=jnp.zeros((1, g, T)), lengths=jnp.full((1, g), T, jnp.int32),
+        logprobs=jnp.zeros((1, g, T)), entropies=jnp.zeros((1, g, T)), policy_entropies=jnp.zeros((1, g, T)),
+        lengths=jnp.full((1, g), T, jnp.int32),
         truncated=jnp.asarray([truncated]), temperatures=jnp.ones((1, g, T)))
 
 
@@ -73,8 +74,8 @@ def test_trainer_applies_loss_mask_truncated(tmp_path):
     out = {}
     for flag in ("false", "true"):
         tr = train.Trainer(signal_config("steps=1", f"loss.mask_truncated={flag}"), str(tmp_path / flag), quiet=True)
-        out = tr.step_once()
-        metrics, exp = out.metrics, out.experience
+        step = tr.step_once()
+        metrics, exp = step.metrics, step.experience
         out[flag] = (metrics["grad_norm"], np.asarray(exp.rollout.truncated), np.asarray(exp.rollout.tokens))
     np.testing.assert_array_equal(out["true"][2], out["false"][2])  # the same rollout
     truncated = out["true"][1]

@@ -25,8 +25,8 @@ SCRIPT = textwrap.dedent("""
     items = json.loads(sys.argv[1])
     tr = train.Trainer(override(TrainConfig(), TINY + SIGNAL + items), sys.argv[2], quiet=True)
     out = {"devices": jax.device_count()}
-    out = tr.step_once()  # the training step's own rollout
-    metrics, exp = out.metrics, out.experience
+    step = tr.step_once()  # the training step's own rollout
+    metrics, exp = step.metrics, step.experience
     sh = exp.rollout.tokens.sharding
     out["step"] = {"replicated": sh.is_fully_replicated, "spec0": str(sh.spec[0]) if sh.spec else None,
                    "n_devices": len(sh.device_set), "grad_norm": metrics["grad_norm"],

@@ -400,9 +400,8 @@ def _interrupt_before_first_checkpoint(out, cfg):
     """What a run killed (Ctrl-C, kill -9) after logging its first step, during its first save, leaves: rows
     in the step files, an unfinished orbax save, no checkpoint."""
     tr = train.Trainer(cfg, str(out), quiet=True)
-    out = tr.step_once()
-    metrics, timings, histograms = out.metrics, out.timings, out.histograms
-    tr.logger.log(1, metrics, timings=timings, histograms=histograms)
+    step = tr.step_once()
+    tr.logger.log(1, step.metrics, timings=step.timings, histograms=step.histograms)
     tr.logger.close()
     (out / "checkpoints" / "1.orbax-checkpoint-tmp-1796000000").mkdir(parents=True)
     assert tr.ckpt.steps() == []
