@@ -686,9 +686,12 @@ class LoggingConfig:
     progress: bool = True  # live progress bar on stderr
     gap_every: int = 10  # gap/* every N steps (one extra teacher-forced pass); every step with recompute; 0: only then
     gap_bound: float = 2.0  # C of gap/token_out_frac and gap/seq_out_frac: ratios outside [1/C, C]
+    eval_samples: int = 0  # k completions at T = 1 per held-out problem: eval/t1/pass@1..k, distinct correct; 0 = greedy only
+    eval_samples_every: int = 0  # that sampled evaluation every N steps (at an evaluation step); 0 = at step 0 and the end only
 
     def __post_init__(self):
         _at_least(self, ("eval_every",), 0, " (N = every N steps, 0 = only at the end)")
+        _at_least(self, ("eval_samples", "eval_samples_every"), 0)
         _at_least(self, ("gap_every",), 0, " (N = every N steps, 0 = only when the recompute pass runs)")
         if not self.gap_bound > 1.0:
             _fail("LoggingConfig", "gap_bound", f"must be > 1, got {self.gap_bound!r}")

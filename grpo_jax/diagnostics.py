@@ -186,9 +186,10 @@ def bimodality_coefficient(x: Array, mask: Array) -> Array:
 
 
 def entropy_diagnostics(
-    entropies: Array, mask: Array, *, num_bins: int = 20, hist_max: float = 4.0, near_zero: float = 1e-2
+    entropies: Array, mask: Array, *, num_bins: int = 20, hist_max: float = 4.0, near_zero: float = 1e-2,
+    prefix: str = "entropy",
 ) -> dict[str, Array]:
-    """Token-entropy statistics over mask (entropies [N, T] in nats, mask [N, T]).
+    """Token-entropy statistics over mask (entropies [N, T] in nats, mask [N, T]), named `<prefix>/...`.
 
     Returns entropy/mean, entropy/p5 .. entropy/p95 (linear-interpolated percentiles), entropy/hist
     [num_bins] (fraction of tokens per bin of width hist_max / num_bins on [0, hist_max); the last bin
@@ -203,15 +204,28 @@ def entropy_diagnostics(
     width = hist_max / num_bins
     bin_idx = jnp.clip(jnp.floor(ent / width).astype(jnp.int32), 0, num_bins - 1)
     counts = jnp.zeros(num_bins, jnp.float32).at[bin_idx.reshape(-1)].add(m.reshape(-1).astype(jnp.float32))
-    out = {"entropy/mean": _masked_mean(ent, m)}
-    out.update({f"entropy/p{q}": pct[i] for i, q in enumerate(QUANTILES)})
+    out = {"mean": _masked_mean(ent, m)}
+    out.update({f"p{q}": pct[i] for i, q in enumerate(QUANTILES)})
     out.update({
-        "entropy/hist": counts / jnp.maximum(n, 1),
-        "entropy/hist_edges": jnp.linspace(0.0, hist_max, num_bins + 1, dtype=jnp.float32),
-        "entropy/bimodality": bimodality_coefficient(ent, m),
-        "entropy/near_zero_frac": _masked_mean((ent < near_zero).astype(jnp.float32), m),
-        "entropy/num_tokens": n.astype(jnp.int32),
+        "hist": counts / jnp.maximum(n, 1),
+        "hist_edges": jnp.linspace(0.0, hist_max, num_bins + 1, dtype=jnp.float32),
+        "bimodality": bimodality_coefficient(ent, m),
+        "near_zero_frac": _masked_mean((ent < near_zero).astype(jnp.float32), m),
+        "num_tokens": n.astype(jnp.int32),
     })
+    return {f"{prefix}/{k}": v for k, v in out.items()}
+
+
+def entropy_by_kind(entropies: Array, mask: Array, kinds: Array, kind_names: tuple[str, ...], *,
+                    prefix: str = "entropy_t1") -> dict[str, Array]:
+    """`entropy_diagnostics` over all masked tokens (`<prefix>/...`) and over each kind of token
+    (`<prefix>/<kind name>/...`; kinds [N, T] int codes indexing kind_names), e.g. the policy's own T = 1
+    entropy of reasoning, answer and other tokens: a collapse of the reasoning is then not averaged away
+    by already-certain tags."""
+    m = jnp.asarray(mask, bool)
+    out = entropy_diagnostics(entropies, m, prefix=prefix)
+    for code, name in enumerate(kind_names):
+        out.update(entropy_diagnostics(entropies, m & (kinds == code), prefix=f"{prefix}/{name}"))
     return out
 
 

@@ -30,7 +30,7 @@ from grpo_jax import diagnostics, sampler, sharding
 from grpo_jax import rewards as rewards_lib
 from grpo_jax.config import AdvantageConfig, DynamicSamplingConfig, SamplingConfig
 from grpo_jax.control import GroupBuffer
-from grpo_jax.rewards.format import split_response
+from grpo_jax.rewards.format import SEGMENT_KINDS, segment_kinds, split_response
 from models.config import ModelConfig
 
 Row = dict[str, Any]
@@ -38,8 +38,10 @@ Row = dict[str, Any]
 # [K] per-dimension diagnostics logged as "reward/<dim>/<stat>"; [B, ...] per-group arrays are not logged
 PER_DIM_METRICS = ("reward/mean", "reward/within_group_mean", "reward/within_group_var",
                    "reward/zero_var_frac_per_dim", "reward/adv_corr", "reward/adv_corr_within")
-# Histograms logged as a list of bin fractions in metrics.jsonl and as a TensorBoard histogram
-HISTOGRAMS = {"entropy/hist": "entropy/hist_edges"}
+# Histograms logged as a list of bin fractions in metrics.jsonl and as a TensorBoard histogram: the sampled
+# distribution's entropy, and the policy's own (T = 1) over all tokens and per kind of token
+HISTOGRAMS = {f"{p}/hist": f"{p}/hist_edges"
+              for p in ("entropy", "entropy_t1", *(f"entropy_t1/{kind}" for kind in SEGMENT_KINDS))}
 
 
 @flax.struct.dataclass
@@ -79,7 +81,8 @@ class Experience:
     rollout: sampler.Rollout  # [B, G, ...] completions, with their prompts [B, P]
     rewards: np.ndarray  # [B, G, K] float32 per-dimension rewards (never pre-summed; the weights apply in advantages)
     texts: tuple  # [B*G] decoded completions, row-major over (b, g)
-    reasons: tuple = ()  # [B*G] {dimension: the reward's info["reason"]}, row-major like texts
+    reasons: tuple  # [B*G] {dimension: the reward's info["reason"]}, row-major like texts
+    token_kinds: np.ndarray  # [B, G, T] int8 SEGMENT_KINDS code of each completion token (`token_kinds`)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -131,7 +134,8 @@ def score(actor: Actor, rows: Sequence[Row], ro: sampler.Rollout) -> Experience:
         r, codes = r_flat.reshape(r.shape), reason_codes(infos["per_response"], actor.dims).reshape(codes.shape)
     codes = sharding.gather_rows(codes, owned, b).reshape(b * g, len(actor.specs), REASON_BYTES)
     return Experience(rows=tuple(rows), rollout=ro, rewards=sharding.gather_rows(r, owned, b), texts=tuple(texts),
-                      reasons=tuple(reasons_from_codes(codes, actor.dims)))
+                      reasons=tuple(reasons_from_codes(codes, actor.dims)),
+                      token_kinds=token_kinds(actor.tokenizer, toks, lengths))
 
 
 # a reward's info["reason"] is a short identifier ("multiple_answers", "timeout"); longer ones are cut here
@@ -212,24 +216,8 @@ def select_groups(rounds: Sequence[Experience], selection: Sequence[tuple[int, i
         rollout=jax.tree.map(lambda *xs: jnp.concatenate(xs), *ros),
         rewards=np.concatenate([e.rewards[i : i + 1] for e, i in picked]),
         texts=tuple(t for e, i in picked for t in e.texts[i * g : (i + 1) * g]),
-        reasons=tuple(r for e, i in picked for r in e.reasons[i * g : (i + 1) * g]))
-
-
-def evaluate(actor: Actor, params, rows: Sequence[Row], *, batch_size: int = 256) -> dict[str, float]:
-    """Greedy evaluation of `params` on `rows`: accuracy = primary reward (first dimension) == 1, its mean
-    score, and the format rate when a "format" dimension exists. {} for no rows."""
-    if not rows:
-        return {}
-    scores = []
-    for start in range(0, len(rows), batch_size):
-        chunk = rows[start : start + batch_size]
-        ro = rollout(actor, params, chunk, jax.random.key(0), group_size=1, temperature=0.0)
-        scores.append(score(actor, chunk, ro).rewards[:, 0])
-    r = np.concatenate(scores)
-    out = {"eval/accuracy": float(np.mean(r[:, 0] >= 1.0 - 1e-6)), "eval/score": float(np.mean(r[:, 0]))}
-    if "format" in actor.dims:
-        out["eval/format_rate"] = float(np.mean(r[:, actor.dims.index("format")] >= 1.0))
-    return out
+        reasons=tuple(r for e, i in picked for r in e.reasons[i * g : (i + 1) * g]),
+        token_kinds=np.concatenate([e.token_kinds[i : i + 1] for e, i in picked]))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -237,13 +225,14 @@ def evaluate(actor: Actor, params, rows: Sequence[Row], *, batch_size: int = 256
 # --------------------------------------------------------------------------------------------------
 
 @functools.partial(jax.jit, static_argnames="cfg")
-def _advantages_and_diagnostics(rewards_BxGxK, weights_K, ro: sampler.Rollout, *, cfg):
+def _advantages_and_diagnostics(rewards_BxGxK, weights_K, ro: sampler.Rollout, kinds_BxGxT, *, cfg):
     adv, aux = adv_lib.compute_advantages(rewards_BxGxK, weights_K, cfg=cfg)
     adv = jnp.where(jnp.isfinite(adv), adv, 0.0)
     diag = diagnostics.reward_diagnostics(rewards_BxGxK, aux["totals"], adv)
     diag["collapse/drowned_dims"] = diagnostics.drowned_dimensions(
         diag["reward/adv_corr_within"], diag["reward/zero_var_frac_per_dim"], weights_K)
     diag.update(diagnostics.entropy_diagnostics(ro.entropies, ro.completion_mask))
+    diag.update(diagnostics.entropy_by_kind(ro.policy_entropies, ro.completion_mask, kinds_BxGxT, SEGMENT_KINDS))
     diag.update(diagnostics.length_diagnostics(ro.lengths.reshape(-1), ro.truncated.reshape(-1),
                                                max_len=ro.tokens.shape[-1]))
     return adv, diag
@@ -251,7 +240,8 @@ def _advantages_and_diagnostics(rewards_BxGxK, weights_K, ro: sampler.Rollout, *
 
 def advantages_and_diagnostics(exp: Experience, weights: np.ndarray, *, cfg: AdvantageConfig):
     """Advantages [B, G] (non-finite -> 0) and the collapse / entropy / length diagnostics, in one program."""
-    return _advantages_and_diagnostics(jnp.asarray(exp.rewards), jnp.asarray(weights), exp.rollout, cfg=cfg)
+    return _advantages_and_diagnostics(jnp.asarray(exp.rewards), jnp.asarray(weights), exp.rollout,
+                                       jnp.asarray(exp.token_kinds), cfg=cfg)
 
 
 def full_sequences(ro: sampler.Rollout) -> tuple[jax.Array, jax.Array]:
@@ -344,7 +334,29 @@ def logged_samples(exp: Experience, dims: Sequence[str], n: int) -> list[dict]:
     reason each reward gave."""
     r = exp.rewards.reshape(-1, len(dims))
     return [{"response": exp.texts[i], "rewards": {d: float(x) for d, x in zip(dims, r[i])},
-             "reasons": exp.reasons[i] if i < len(exp.reasons) else {}} for i in range(min(n, len(exp.texts)))]
+             "reasons": exp.reasons[i]} for i in range(min(n, len(exp.texts)))]
+
+
+def token_kinds(tokenizer, tokens_BxGxT: np.ndarray, lengths_BxG: np.ndarray) -> np.ndarray:
+    """[B, G, T] int8: each completion token's `SEGMENT_KINDS` code (0 other, 1 reasoning, 2 answer), the
+    kind of its first character in the concatenation of the tokens' own texts (`segment_kinds`); a token
+    with no text (EOS, a special) and the padding after the end are "other"."""
+    pieces: dict[int, str] = {}
+
+    def piece(i: int) -> str:
+        if i not in pieces:
+            pieces[i] = tokenizer.decode([i], stop_at_eos=False, skip_special=True)
+        return pieces[i]
+
+    out = np.zeros(tokens_BxGxT.shape, np.int8)
+    flat, lengths = out.reshape(-1, out.shape[-1]), lengths_BxG.reshape(-1)
+    for row, (ids, n) in enumerate(zip(tokens_BxGxT.reshape(-1, out.shape[-1]), lengths)):
+        texts = [piece(int(i)) for i in ids[: int(n)]]
+        kinds, at = segment_kinds("".join(texts)), 0
+        for t, text in enumerate(texts):
+            flat[row, t] = kinds[at] if text else 0
+            at += len(text)
+    return out
 
 
 def thinking_lengths(texts: Sequence[str]) -> dict[str, float]:

@@ -38,7 +38,7 @@ from grpo_jax.fileio import atomic_write
 
 Row = dict[str, Any]
 
-STEP_FILES = ("metrics", "timings", "samples")  # rows with step > resume_step are dropped on resume
+STEP_FILES = ("metrics", "timings", "samples", "problems")  # rows with step > resume_step are dropped on resume
 # Live figures in the progress bar: metric name -> short label.
 PROGRESS_KEYS = {
     "reward/total": "reward",
@@ -100,6 +100,12 @@ class RunLogger:
     def log_samples(self, step: int, samples: list[dict]) -> None:
         """A few completions of this step, one row each (e.g. prompt, completion, rewards)."""
         self._write("samples", [{"step": int(step), **sample} for sample in samples])
+
+    def log_problems(self, step: int, per_problem: dict) -> None:
+        """One problems.jsonl row: an evaluation's result per held-out problem, in the eval split's order
+        (e.g. greedy_correct [N] as 0/1, t1_correct [N] counts of k), for paired statistics across runs."""
+        self._write("problems", [{"step": int(step), **{k: np.asarray(v).astype(int).tolist()
+                                                         for k, v in per_problem.items()}}])
 
     def event(self, step: int, kind: str, **info: Any) -> None:
         """Something that happened once: pause, rollback, branch, weight change, warning, resume, ..."""
@@ -193,7 +199,8 @@ def plot_run(rows: list[Row], out_dir: str) -> list[str]:
     rewards (reward/<dim>/mean with a +-reward/<dim>/std band, reward/total), entropy (entropy/mean with
     p5-p95 and darker p25-p75 bands), groups (groups/reward_var_mean, groups/zero_var_frac on a twin axis),
     lengths (length/mean, min-max band, length/truncated_frac), format (format_rate), eval_accuracy
-    (eval/accuracy, logged every few steps), optim (kl, clip_frac_low, clip_frac_high, grad_norm, lr).
+    (eval/accuracy, logged every few steps), entropy_by_kind (entropy_t1/<kind>/mean), pass_at_k
+    (eval/t1/pass@k beside eval/accuracy), optim (kl, clip_frac_low, clip_frac_high, grad_norm, lr).
     """
     from matplotlib.figure import Figure  # imported here: only the end of a run needs matplotlib
 
@@ -466,6 +473,20 @@ def _plot_lines(fig: Any, rows: list[Row], *, keys: tuple[str, ...], title: str)
     return True
 
 
+def _plot_overlay(fig: Any, rows: list[Row], *, keys: tuple[str, ...], title: str, ylabel: str) -> bool:
+    """The present keys as lines on one axis (the same quantity measured several ways)."""
+    present = [k for k in keys if _has(rows, k)]
+    if not present:
+        return False
+    ax = fig.subplots()
+    for key in present:
+        steps, values = _aligned(rows, key)
+        ax.plot(steps, values, marker="o" if len(steps) < 30 else None, label=key)
+    _finish(ax, ylabel, title)
+    ax.legend(fontsize="small")
+    return True
+
+
 _PLOTS: tuple[tuple[str, Callable[[Any, list[Row]], bool]], ...] = (
     ("rewards", _plot_rewards),
     ("entropy", _plot_entropy),
@@ -475,6 +496,13 @@ _PLOTS: tuple[tuple[str, Callable[[Any, list[Row]], bool]], ...] = (
                                   band=("length/min", "length/max"), title="response length")),
     ("format", functools.partial(_plot_lines, keys=("format_rate",), title="format compliance")),
     ("eval_accuracy", functools.partial(_plot_lines, keys=("eval/accuracy",), title="held-out accuracy")),
+    ("entropy_by_kind", functools.partial(
+        _plot_overlay, keys=("entropy_t1/mean", "entropy_t1/reasoning/mean", "entropy_t1/answer/mean",
+                             "entropy_t1/other/mean"), title="policy entropy at T = 1, by kind of token",
+        ylabel="mean entropy (nats)")),
+    ("pass_at_k", functools.partial(
+        _plot_overlay, keys=("eval/accuracy", *(f"eval/t1/pass@{k}" for k in (1, 2, 4, 8, 16, 32))),
+        title="held-out pass@k at T = 1 (unbiased) and greedy accuracy", ylabel="fraction of problems")),
     ("optim", functools.partial(_plot_lines, title="optimisation",
                                 keys=("kl", "clip_frac_low", "clip_frac_high", "grad_norm", "lr"))),
     ("gap", functools.partial(_plot_lines, title="sampler-trainer gap",

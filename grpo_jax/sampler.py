@@ -49,6 +49,7 @@ class Rollout:
     completion_mask: jax.Array  # [B, G, T] 1 up to and including the first EOS, else 0
     logprobs: jax.Array  # [B, G, T] float32 log p(token) under the sampling distribution
     entropies: jax.Array  # [B, G, T] float32 entropy of that distribution (nats)
+    policy_entropies: jax.Array  # [B, G, T] float32 entropy of the policy itself, softmax(logits) at T = 1
     lengths: jax.Array  # [B, G] int32 completion lengths (EOS included)
     truncated: jax.Array  # [B, G] bool: reached max_new_tokens without EOS
     temperatures: jax.Array  # [B, G, T] float32 temperature each token was drawn at (0 = greedy)
@@ -193,6 +194,7 @@ class DecodeState:
     tokens: jax.Array  # [R, T] int32 sampled tokens, pad_id where not reached
     logprobs: jax.Array  # [R, T] float32 log p(token) under the distribution sampled from
     entropies: jax.Array  # [R, T] float32 entropy of that distribution
+    policy_entropies: jax.Array  # [R, T] float32 entropy of softmax(logits) at T = 1, whatever was sampled
     temperatures: jax.Array  # [R, T] float32 temperature each token was drawn at
 
 
@@ -202,8 +204,8 @@ class DecodeState:
 )
 def _decode(cfg: ModelConfig, params, cache, logits0_RxV, start_pos_R, keys_R, temperature, *,
             max_new_tokens: int, top_k: int, top_p: float, eos_ids: tuple, pad_id: int, token_temperature: tuple):
-    """The decode loops (one per chunk, `decode_chunks`) for R = B*G rows: tokens, completion mask,
-    logprobs, entropies [R, T], lengths, truncated [R] and temperatures [R, T] (`_finish`). The prompt
+    """The decode loops (one per chunk, `decode_chunks`) for R = B*G rows: {tokens, completion_mask,
+    logprobs, entropies, policy_entropies, temperatures: [R, T]; lengths, truncated: [R]} (`_finish`). The prompt
     cache comes in with P slots and is grown before each chunk; inside a loop it is carried state that XLA
     updates in place."""
     r, t_max = logits0_RxV.shape[0], max_new_tokens
@@ -229,6 +231,7 @@ def _decode(cfg: ModelConfig, params, cache, logits0_RxV, start_pos_R, keys_R, t
         sampled = sample_categorical(step_keys, dist)
         token = jnp.where(greedy[:, 0], argmax_last(s.logits), sampled).astype(jnp.int32)
         lp, ent = logprobs_and_entropy(jnp.where(greedy, s.logits.astype(jnp.float32), dist), token)
+        policy_ent = models.token_entropy(s.logits.astype(jnp.float32))  # the policy's own, at T = 1
         token = jnp.where(done, pad_id, token)
         pos = rope_positions(cfg, (start_pos_R + t)[:, None])
         logits, cache = models.forward(cfg, params, token[:, None], pos, attn_mask=~done[:, None], cache=s.cache)
@@ -236,19 +239,20 @@ def _decode(cfg: ModelConfig, params, cache, logits0_RxV, start_pos_R, keys_R, t
             t=t + 1, done=done | jnp.isin(token, eos), logits=logits[:, 0], cache=cache,
             tokens=s.tokens.at[:, t].set(token), logprobs=s.logprobs.at[:, t].set(jnp.where(done, 0.0, lp)),
             entropies=s.entropies.at[:, t].set(jnp.where(done, 0.0, ent)),
+            policy_entropies=s.policy_entropies.at[:, t].set(jnp.where(done, 0.0, policy_ent)),
             temperatures=s.temperatures.at[:, t].set(temp_R))
 
     state = DecodeState(
         t=jnp.int32(0), done=jnp.zeros((r,), bool), logits=logits0_RxV, cache=cache,
         tokens=jnp.full((r, t_max), pad_id, jnp.int32), logprobs=jnp.zeros((r, t_max), jnp.float32),
-        entropies=jnp.zeros((r, t_max), jnp.float32),
+        entropies=jnp.zeros((r, t_max), jnp.float32), policy_entropies=jnp.zeros((r, t_max), jnp.float32),
         temperatures=jnp.broadcast_to(jnp.asarray(temperature, jnp.float32), (r, t_max)))
     prompt_slots = cache["mask"].shape[1]
     for end in decode_chunks(t_max):  # each chunk's cache holds the slots it can fill, no more
         state = state.replace(cache=models.grow_cache(state.cache, prompt_slots + end))
         cond = lambda s, end=end: (s.t < end) & ~jnp.all(s.done)  # noqa: E731
         state = jax.lax.while_loop(cond, body, state)
-    return _finish(state.tokens, state.logprobs, state.entropies, eos) + (state.temperatures,)
+    return _finish(state, eos)
 
 
 def decode_chunks(max_new_tokens: int, max_chunks: int = 8, min_chunk: int = 32) -> list[int]:
@@ -260,14 +264,17 @@ def decode_chunks(max_new_tokens: int, max_chunks: int = 8, min_chunk: int = 32)
     return [min(max_new_tokens, size * (i + 1)) for i in range(n)]
 
 
-def _finish(toks_RxT, lps, ents, eos):
-    """Masks, lengths and truncation flags from the token buffer."""
-    is_eos = jnp.isin(toks_RxT, eos)
-    t_max = toks_RxT.shape[1]
+def _finish(state: DecodeState, eos) -> dict[str, jax.Array]:
+    """The decoded rows by name: masks, lengths and truncation flags from the token buffer, and the
+    per-token figures masked to the completion."""
+    is_eos = jnp.isin(state.tokens, eos)
+    t_max = state.tokens.shape[1]
     first_eos = jnp.where(is_eos.any(-1), jnp.argmax(is_eos, axis=-1), t_max)
     lengths = jnp.minimum(first_eos + 1, t_max).astype(jnp.int32)
     mask = (jnp.arange(t_max)[None, :] < lengths[:, None]).astype(jnp.int32)
-    return toks_RxT, mask, lps * mask, ents * mask, lengths, ~is_eos.any(-1)
+    return {"tokens": state.tokens, "completion_mask": mask, "logprobs": state.logprobs * mask,
+            "entropies": state.entropies * mask, "policy_entropies": state.policy_entropies * mask,
+            "lengths": lengths, "truncated": ~is_eos.any(-1), "temperatures": state.temperatures}
 
 
 def sample_core(cfg: ModelConfig, params, prompt_tokens, prompt_mask, prompt_ids, *, key, group_size: int,
@@ -283,9 +290,8 @@ def sample_core(cfg: ModelConfig, params, prompt_tokens, prompt_mask, prompt_ids
                    eos_ids=tuple(int(e) for e in eos_ids), pad_id=int(pad_id),
                    token_temperature=tuple(float(x) for x in token_temperature or ()))
     b = prompt_tokens.shape[0]
-    toks, mask, lps, ents, lens, trunc, temps = (x.reshape((b, group_size) + x.shape[1:]) for x in outs)
-    return Rollout(prompt_tokens=prompt_tokens, prompt_mask=prompt_mask, tokens=toks, completion_mask=mask,
-                   logprobs=lps, entropies=ents, lengths=lens, truncated=trunc, temperatures=temps)
+    rows = {name: x.reshape((b, group_size) + x.shape[1:]) for name, x in outs.items()}
+    return Rollout(prompt_tokens=prompt_tokens, prompt_mask=prompt_mask, **rows)
 
 
 def _check_args(prompt_tokens, prompt_mask, group_size, max_new_tokens, temperature, top_k, top_p):

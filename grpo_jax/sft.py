@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from grpo_jax import data, experience, sampler
+from grpo_jax import data, evaluation, experience, sampler
 from grpo_jax.update import completion_logprobs
 
 
@@ -62,7 +62,7 @@ def warm_start(actor: experience.Actor, params, rows, valid_rows, *, solution, t
         params, opt_state, loss = step_fn(params, opt_state, *sft_batch(actor.tokenizer, targets, batch, n))
         step += 1
         if step % eval_every == 0 or step == max_steps:
-            acc = experience.evaluate(actor, params, valid_rows)["eval/accuracy"]
+            acc = evaluation.evaluate(actor, params, valid_rows)["eval/accuracy"]
             curve.append({"step": step, "loss": float(loss), "valid_accuracy": acc})
             log(f"warm start step {step}: loss {float(loss):.3f}, validation accuracy {acc:.3f}")
             if acc >= target_accuracy:

@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 
 from grpo_jax import checkpoint as ckpt_lib
-from grpo_jax import control, experience, monitor, provenance, runlog, sharding
+from grpo_jax import control, evaluation, experience, monitor, provenance, runlog, sharding
 from grpo_jax import export as export_lib
 from grpo_jax import data as data_lib
 from grpo_jax import rewards as rewards_lib
@@ -242,9 +242,21 @@ class Trainer:
             ref = self.policy_params() if self.cfg.lora.rank else jax.tree.map(jnp.copy, self.state.params)
             self.state = self.state.replace(ref_params=ref)
 
-    def evaluate(self, rows=None) -> dict:
-        """Greedy held-out evaluation of the current policy (experience.evaluate) on `rows` or the eval split."""
-        return experience.evaluate(self.actor, self.policy_params(), self.eval_rows if rows is None else rows)
+    def evaluate(self, rows=None, *, sampled: bool = False) -> dict:
+        """Held-out evaluation of the current policy on `rows` or the eval split (`evaluation`): greedy, and
+        when `sampled` logging.eval_samples completions at T = 1 per problem. Logs each problem's result
+        (problems.jsonl, for paired statistics) and returns the flat figures."""
+        rows = self.eval_rows if rows is None else rows
+        ev = evaluation.evaluate_problems(self.actor, self.policy_params(), rows,
+                                          samples=self.cfg.logging.eval_samples if sampled else 0)
+        if rows is self.eval_rows and len(rows):
+            self.logger.log_problems(self.step, ev.per_problem() if sampled else
+                                     {"greedy_correct": ev.per_problem()["greedy_correct"]})
+        return ev.metrics()
+
+    def _sampled_eval_due(self, step: int) -> bool:
+        every = self.cfg.logging.eval_samples_every
+        return bool(self.cfg.logging.eval_samples) and (step in (0, self.cfg.steps) or (every and step % every == 0))
 
     # ------------------------------------------------------------------ the loop
     def run(self) -> dict:
@@ -252,13 +264,13 @@ class Trainer:
         cfg, start_time, paused = self.cfg, time.perf_counter(), False
         eval_every, ckpt_every = cfg.logging.eval_every, cfg.checkpoint.every
         if self.step == 0 and eval_every:
-            self.logger.log(0, self.evaluate())
+            self.logger.log(0, self.evaluate(sampled=self._sampled_eval_due(0)))
         while self.step < cfg.steps and not paused:
             out = self.step_once()
             metrics, step = out.metrics, self.step
             last = step == cfg.steps
             if (eval_every and step % eval_every == 0) or last:
-                metrics.update(self.evaluate())
+                metrics.update(self.evaluate(sampled=self._sampled_eval_due(step)))
             self.logger.log(step, metrics, timings=out.timings, histograms=out.histograms)
             self.logger.log_samples(step, experience.logged_samples(out.experience, self.actor.dims, cfg.logging.samples_per_step))
             alarms = self.monitor.observe(step, metrics)

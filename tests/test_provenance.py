@@ -165,7 +165,7 @@ def _rollout(tok: CharTokenizer, texts, t: int = 12) -> sampler.Rollout:
             tokens[i, j, : len(ids)], lengths[i, j] = ids, len(ids)
     zeros = np.zeros((b, g, t), np.float32)
     return sampler.Rollout(prompt_tokens=np.ones((b, 3), np.int32), prompt_mask=np.ones((b, 3), bool), tokens=tokens,
-                           completion_mask=zeros, logprobs=zeros, entropies=zeros, lengths=lengths,
+                           completion_mask=zeros, logprobs=zeros, entropies=zeros, policy_entropies=zeros, lengths=lengths,
                            truncated=np.zeros((b, g), bool), temperatures=zeros)
 
 

@@ -62,6 +62,54 @@ def split_response(response: str, *, think_tag: str = "think", answer_tag: str =
     return ResponseParts(thinking, "\n".join(b for b in blocks if b))
 
 
+# What each character (and so each token) of a response is, by the segments `split_response` reads.
+SEGMENT_KINDS = ("other", "reasoning", "answer")  # codes 0, 1, 2: tags, text outside both segments, EOS: other
+_OTHER, _REASONING, _ANSWER = 0, 1, 2
+
+
+def segment_kinds(response: str, *, think_tag: str = "think", answer_tag: str = "answer") -> bytearray:
+    """Per character of `response`, its `SEGMENT_KINDS` code: 1 inside the thinking, 2 inside the answer,
+    0 for the tags and any other text. The segments are exactly those `split_response` reads (the first
+    think block, or all of an unclosed one; the answer blocks after the last `</think>`, or that whole
+    region when it has no answer tag), so the entropy of "reasoning" tokens is that of the text a content
+    reward treats as thinking."""
+    think_open, think_close = _tags(think_tag)
+    answer_open, answer_close = _tags(answer_tag)
+    kinds = bytearray(len(response))
+
+    def mark(start: int, end: int, code: int) -> None:
+        kinds[start:end] = bytes([code]) * max(0, end - start)
+
+    close_at = response.rfind(think_close)
+    if close_at < 0 and think_open in response:
+        mark(response.find(think_open) + len(think_open), len(response), _REASONING)
+        return kinds
+    region = 0
+    if close_at >= 0:
+        first_close = response.find(think_close)
+        open_at = response.find(think_open, 0, first_close)
+        mark(open_at + len(think_open) if open_at >= 0 else 0, first_close, _REASONING)
+        region = close_at + len(think_close)
+    if answer_open not in response[region:]:
+        mark(region, len(response), _ANSWER)
+        for at in _find_all(response, answer_close, region):  # a stray closing tag is not answer text
+            mark(at, at + len(answer_close), _OTHER)
+        return kinds
+    for at in _find_all(response, answer_open, region):
+        start = at + len(answer_open)
+        ends = [e for e in (response.find(answer_close, start), response.find(answer_open, start)) if e >= 0]
+        mark(start, min(ends, default=len(response)), _ANSWER)
+    return kinds
+
+
+def _find_all(text: str, sub: str, start: int) -> list[int]:
+    out, at = [], text.find(sub, start)
+    while at >= 0:
+        out.append(at)
+        at = text.find(sub, at + len(sub))
+    return out
+
+
 def check_format(
     response: str, *, think_tag: str = "think", answer_tag: str = "answer", require_answer_tag: bool = False
 ) -> str:

@@ -1,0 +1,108 @@
+"""Held-out evaluation that can see both collapses: greedy accuracy, and with k samples per problem at
+T = 1 the pass@1 .. pass@k curve and the distinct correct solutions, plus each reward dimension's
+satisfaction and their joint success.
+
+    ev = evaluate_problems(actor, params, rows, samples=16)
+    metrics = ev.metrics()          # eval/accuracy, eval/t1/pass@1 .. eval/t1/pass@16, eval/satisfied/<dim>, ...
+    per_problem = ev.per_problem()  # greedy_correct [N], t1_correct [N] (counts of k): for paired statistics
+
+Why both: a policy whose entropy collapsed can keep (or raise) its greedy accuracy while its samples all
+say the same thing, so pass@k and the number of distinct correct solutions are what show what the
+collapse cost. pass@k is the unbiased estimator of Chen et al. 2021 (`stats.pass_at_k`). A completion
+"satisfies" a dimension when its reward reaches 1 (the primary, first dimension satisfied = correct).
+The sampled evaluation draws from fixed keys (`SAMPLE_SEED`), the same at every evaluation, so two
+evaluations of one run differ only by the policy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import jax
+import numpy as np
+
+from grpo_jax import experience, stats
+from grpo_jax.experience import Actor, Row
+
+SAMPLE_SEED = 0x5A3B1E  # the key of the sampled evaluation (fold_in with each chunk's first row index)
+SATISFIED = 1.0 - 1e-6  # a reward at or above this satisfies its dimension
+
+
+@dataclasses.dataclass(frozen=True)
+class Evaluation:
+    """One policy scored on N held-out problems."""
+
+    dims: tuple[str, ...]  # the reward dimensions, in column order; the first is the primary (correctness)
+    greedy: np.ndarray  # [N, K] rewards of the greedy completion
+    sampled: np.ndarray  # [N, k, K] rewards of k completions at T = 1 ([N, 0, K] when not sampled)
+    sampled_texts: tuple  # [N * k] those completions, row-major over (problem, sample)
+
+    def per_problem(self) -> dict[str, np.ndarray]:
+        """greedy_correct [N] bool and t1_correct [N] int (how many of the k samples are correct)."""
+        return {"greedy_correct": self.greedy[:, 0] >= SATISFIED,
+                "t1_correct": np.sum(self.sampled[..., 0] >= SATISFIED, axis=1)}
+
+    def metrics(self) -> dict[str, float]:
+        """Flat `eval/...` figures (see the module docstring); {} for no problems."""
+        if not len(self.greedy):
+            return {}
+        g = self.greedy
+        out = {"eval/accuracy": float(np.mean(g[:, 0] >= SATISFIED)), "eval/score": float(np.mean(g[:, 0]))}
+        if "format" in self.dims:
+            out["eval/format_rate"] = float(np.mean(g[:, self.dims.index("format")] >= 1.0))
+        out.update(satisfaction(g, self.dims, "eval"))
+        if self.sampled.shape[1]:
+            out.update(self._sampled_metrics())
+        return out
+
+    def _sampled_metrics(self) -> dict[str, float]:
+        n, k = self.sampled.shape[:2]
+        correct = self.sampled[..., 0] >= SATISFIED  # [N, k]
+        curve = stats.pass_at_k_curve(np.full(n, k), correct.sum(axis=1), range(1, k + 1))
+        out = {f"eval/t1/pass@{j}": float(v) for j, v in curve.items()}
+        texts = np.asarray(self.sampled_texts, dtype=object).reshape(n, k)
+        out["eval/t1/distinct_correct"] = float(np.mean([len(set(t[c])) for t, c in zip(texts, correct)]))
+        out["eval/t1/distinct"] = float(np.mean([len(set(t)) for t in texts]))
+        out.update(satisfaction(self.sampled.reshape(n * k, -1), self.dims, "eval/t1"))
+        return out
+
+
+def satisfaction(rewards_NxK: np.ndarray, dims: Sequence[str], prefix: str) -> dict[str, float]:
+    """`<prefix>/satisfied/<dim>`: the fraction of completions whose reward in that dimension reaches 1,
+    and `<prefix>/satisfied_all`: the fraction that satisfy every dimension (joint success). A missing
+    reward (NaN) does not satisfy."""
+    ok = np.nan_to_num(rewards_NxK, nan=0.0) >= SATISFIED
+    out = {f"{prefix}/satisfied/{d}": float(np.mean(ok[:, i])) for i, d in enumerate(dims)}
+    out[f"{prefix}/satisfied_all"] = float(np.mean(ok.all(axis=1)))
+    return out
+
+
+def evaluate_problems(actor: Actor, params, rows: Sequence[Row], *, samples: int = 0,
+                      batch_size: int = 256) -> Evaluation:
+    """The greedy completion of every row, and with `samples` = k, k completions at T = 1 each, scored
+    (`batch_size` completions per rollout call)."""
+    greedy, _ = _scored(actor, params, rows, group=1, temperature=0.0, batch_size=batch_size)
+    sampled, texts = (_scored(actor, params, rows, group=samples, temperature=1.0, batch_size=batch_size)
+                      if samples else (np.zeros((len(rows), 0, len(actor.dims)), np.float32), ()))
+    return Evaluation(dims=tuple(actor.dims), greedy=greedy[:, 0], sampled=sampled, sampled_texts=texts)
+
+
+def evaluate(actor: Actor, params, rows: Sequence[Row], *, samples: int = 0, batch_size: int = 256) -> dict:
+    """`evaluate_problems(...).metrics()`: the figures a run logs."""
+    return evaluate_problems(actor, params, rows, samples=samples, batch_size=batch_size).metrics()
+
+
+def _scored(actor: Actor, params, rows: Sequence[Row], *, group: int, temperature: float,
+            batch_size: int) -> tuple[np.ndarray, tuple]:
+    """(R [N, group, K], the completions [N * group]) of `group` completions per row at `temperature`."""
+    per_call = max(1, batch_size // group)
+    rewards, texts = [np.zeros((0, group, len(actor.dims)), np.float32)], []
+    for start in range(0, len(rows), per_call):
+        chunk = rows[start : start + per_call]
+        key = jax.random.fold_in(jax.random.key(SAMPLE_SEED), start) if temperature > 0 else jax.random.key(0)
+        exp = experience.score(actor, chunk, experience.rollout(actor, params, chunk, key, group_size=group,
+                                                                temperature=temperature))
+        rewards.append(exp.rewards)
+        texts.extend(exp.texts)
+    return np.concatenate(rewards), tuple(texts)
