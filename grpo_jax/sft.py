@@ -11,6 +11,7 @@ seeds).
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp
@@ -48,7 +49,9 @@ def warm_start(actor: experience.Actor, params, rows, valid_rows, *, solution, t
                max_steps: int, batch_size: int = 128, lr: float = 1e-3, eval_every: int = 25, seed: int = 0,
                log=print) -> tuple[object, dict]:
     """Supervise `params` on `solution(row)` for random training rows until greedy validation accuracy >=
-    target (or max_steps). Returns (the new params, a summary with the accuracy curve); install them with
+    target (or max_steps). `solution(row)` is the completion text, or a list of every valid one (a task
+    with several solution paths), of which each draw supervises one at random, so the warm-started policy
+    spreads over the solutions instead of learning one template. Returns (the new params, a summary with the accuracy curve); install them with
     `Trainer.set_params`. `params` are donated: do not reuse them."""
     n = actor.sampling.max_new_tokens
     optimizer = optax.adamw(lr)
@@ -58,7 +61,7 @@ def warm_start(actor: experience.Actor, params, rows, valid_rows, *, solution, t
     curve, start, acc, step = [], time.perf_counter(), 0.0, 0
     while step < max_steps:
         batch = [rows[i] for i in rng.integers(0, len(rows), batch_size)]
-        targets = [solution(r) for r in batch]
+        targets = [_target(solution(r), rng) for r in batch]
         params, opt_state, loss = step_fn(params, opt_state, *sft_batch(actor.tokenizer, targets, batch, n))
         step += 1
         if step % eval_every == 0 or step == max_steps:
@@ -70,3 +73,11 @@ def warm_start(actor: experience.Actor, params, rows, valid_rows, *, solution, t
     summary = {"sft_steps": step, "sft_valid_accuracy": acc, "sft_seconds": time.perf_counter() - start,
                "sft_curve": curve}
     return params, summary
+
+
+def _target(solution: str | Sequence[str], rng: np.random.Generator) -> str:
+    """One completion to supervise: the solution, or one of several picked at random (no draw is taken
+    for a single solution, so a task with one keeps its stream)."""
+    if isinstance(solution, str):
+        return solution
+    return solution[int(rng.integers(len(solution)))] if len(solution) > 1 else solution[0]
