@@ -28,7 +28,9 @@ import importlib.metadata
 import json
 import os
 import platform
+import shlex
 import subprocess
+import sys
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -84,6 +86,29 @@ def source_digest(root: str = os.path.join(_PACKAGE_DIR, "grpo_jax")) -> str:
             with open(path, "rb") as f:
                 h.update(f.read() + b"\0")
     return h.hexdigest()
+
+
+def machine() -> dict[str, Any]:
+    """The CPU model (from /proc/cpuinfo where there is one), the core count this process may use and the
+    platform: timings and bitwise reproducibility are per machine and core count."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
+    except OSError:
+        pass  # not Linux: platform's own name stays
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return {"cpu": cpu, "cores": cores, "platform": platform.platform()}
+
+
+def result_provenance(command: Sequence[str] | None = None) -> dict[str, Any]:
+    """What a results.json or report.json carries so its figures can be traced and rerun: the git commit
+    and dirty state, a sha256 of grpo_jax's sources (which a dirty checkout's commit does not pin), package
+    versions, the exact command (default: this process's, `python` + argv) and the machine."""
+    argv = list(command) if command is not None else ["python", *sys.argv]
+    return {"git": git_state(), "source_digest": source_digest(), "packages": package_versions(),
+            "command": shlex.join(argv), "machine": machine(),
+            "recorded_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
 
 
 def file_digest(path: str) -> dict[str, Any]:

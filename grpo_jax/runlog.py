@@ -217,8 +217,9 @@ def plot_run(rows: list[Row], out_dir: str) -> list[str]:
 
 
 def write_report(out_dir: str, summary: dict, *, title: str, sections: Iterable[tuple[str, str]] = (),
-                 plots: Iterable[str] = ()) -> tuple[str, str]:
-    """report.md (title, table of the summary's scalars, sections, plots) and report.json (the summary)."""
+                 plots: Iterable[str] = (), provenance: dict | None = None) -> tuple[str, str]:
+    """report.md (title, table of the summary's scalars, sections, plots, the provenance's command and
+    commit) and report.json (the summary, with the provenance under "provenance" when given)."""
     os.makedirs(out_dir, exist_ok=True)
     lines = [f"# {title}", ""]
     table = _flatten(_plain(summary))
@@ -230,9 +231,14 @@ def write_report(out_dir: str, summary: dict, *, title: str, sections: Iterable[
     if plots:
         lines += ["## Plots", ""]
         lines += [_image(p, out_dir) + "\n" for p in plots]
+    if provenance:
+        git = provenance.get("git", {})
+        lines += ["## Provenance", "", f"`{provenance.get('command')}` at commit {git.get('commit')}"
+                  f"{' (uncommitted changes)' if git.get('dirty') else ''}; the rest is in report.json.", ""]
     md_path, json_path = os.path.join(out_dir, "report.md"), os.path.join(out_dir, "report.json")
     atomic_write(md_path, _text("\n".join(lines).rstrip() + "\n"))
-    atomic_write(json_path, _text(json.dumps(_plain(summary), sort_keys=True, indent=2) + "\n"))
+    data = _plain(summary) if provenance is None else {**_plain(summary), "provenance": _plain(provenance)}
+    atomic_write(json_path, _text(json.dumps(data, sort_keys=True, indent=2) + "\n"))
     return md_path, json_path
 
 

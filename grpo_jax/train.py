@@ -300,12 +300,14 @@ class Trainer:
             self.logger.event(step, "pause", alarms=[a.rule.key for a in alarms], rollback_command=command)
 
     def report(self, summary: dict, *, title: str, sections=()) -> tuple[str, str]:
-        """PNG plots from metrics.jsonl plus report.md / report.json in the run directory."""
+        """PNG plots from metrics.jsonl plus report.md / report.json in the run directory; report.json
+        carries the provenance of the process writing it (`provenance.result_provenance`)."""
         rows = runlog.read_jsonl(os.path.join(self.out_dir, "metrics.jsonl"))
         plots = runlog.plot_run(rows, self.out_dir)
         data = "```\n" + json.dumps(self.data_report, indent=1) + "\n```"
         sections = list(sections) + [("Data (rows kept by each stage, difficulty strata)", data)]
-        return runlog.write_report(self.out_dir, summary, title=title, sections=sections, plots=plots)
+        return runlog.write_report(self.out_dir, summary, title=title, sections=sections, plots=plots,
+                                   provenance=provenance.result_provenance())
 
 
 def _without_step(info: dict) -> dict:

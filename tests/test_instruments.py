@@ -4,6 +4,7 @@ hand-built inputs and in a real run's logs against a NumPy recomputation."""
 
 from __future__ import annotations
 
+import json
 import math
 import os
 
@@ -134,6 +135,9 @@ def test_a_real_run_logs_every_instrument_as_numpy_recomputes_it(tmp_path):
             want = np.mean([_pass_at_k(4, c, k) for c in p["t1_correct"]])
             assert logged[f"eval/t1/pass@{k}"] == pytest.approx(want)
         assert "entropy_t1/reasoning/hist" in rows[-1] and "eval/t1/distinct_correct" in logged
-    md, _ = run.report({"steps": 2}, title="instruments")
+    md, js = run.report({"steps": 2}, title="instruments")
     report = open(md).read()
     assert "entropy_by_kind.png" in report and "pass_at_k.png" in report
+    prov = json.loads(open(js).read())["provenance"]  # what reruns and traces the figures
+    assert {"git", "source_digest", "packages", "command", "machine"} <= set(prov)
+    assert prov["machine"]["cores"] >= 1 and len(prov["source_digest"]) == 64 and prov["packages"]["jax"]
