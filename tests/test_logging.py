@@ -32,12 +32,15 @@ def _metrics(step: int) -> dict:
 
 
 def _run(out_dir: str, steps: range, **kwargs) -> None:
-    """Logs `steps` the way the trainer does: metrics + timings, two samples and an event per step."""
+    """Logs `steps` the way the trainer does: metrics + timings, two samples and an event per step, and an
+    evaluation's per-problem results every other step."""
     with RunLogger(out_dir, tensorboard=False, progress=False, **kwargs) as log:
         for step in steps:
             log.log(step, _metrics(step), timings={"step_s": 0.01 * step})
             log.log_samples(step, [{"completion": f"c{step}-{i}", "reward": 1.0} for i in range(2)])
             log.event(step, "weights", weights=[1.0, 0.5])
+            if step % 2 == 0:
+                log.log_problems(step, {"greedy_correct": [True, step % 4 == 0], "t1_correct": [3, 1]})
 
 
 def _steps(path: str) -> list[int]:
@@ -95,10 +98,12 @@ def test_resume_truncates_step_files_and_matches_uninterrupted(tmp_path):
         pass
     for name in ("metrics", "timings", "samples"):
         assert sorted(set(_steps(os.path.join(resumed, f"{name}.jsonl")))) == [1, 2, 3]
+    assert _steps(os.path.join(resumed, "problems.jsonl")) == [2]  # the evaluations after step 3 are gone
+    assert read_jsonl(os.path.join(resumed, "problems.jsonl"))[0]["t1_correct"] == [3, 1]
     events = read_jsonl(os.path.join(resumed, "events.jsonl"))
     assert [e["step"] for e in events] == [1, 2, 3, 4, 5, 6, 3]
     assert events[-1]["kind"] == "resume"
-    assert events[-1]["dropped_rows"] == {"metrics": 3, "timings": 3, "samples": 6}
+    assert events[-1]["dropped_rows"] == {"metrics": 3, "timings": 3, "samples": 6, "problems": 2}
 
     _run(resumed, range(4, 7), resume_step=3)
     for name in ("metrics", "samples"):
@@ -195,7 +200,8 @@ def _synthetic_rows(steps: int = 12) -> list[dict]:
             row |= {f"reward/{dim}/mean": s / steps, f"reward/{dim}/std": 0.1}
         row |= {f"entropy/p{q}": q / 50 for q in (5, 25, 75, 95)} | {"entropy/mean": 1.0}
         if s % 4 == 0:
-            row["eval/accuracy"] = s / steps
+            row |= {"eval/accuracy": s / steps, "eval/t1/pass@1": s / steps / 2, "eval/t1/pass@4": s / steps}
+        row |= {"entropy_t1/mean": 1.0, "entropy_t1/reasoning/mean": 1.5, "entropy_t1/answer/mean": 0.5}
         if s % 2 == 0:  # measured every gap_every = 2 steps
             row |= {"gap/abs_logp": 1e-3, "gap/kl": 1e-6 * s, "gap/ratio_max": 1.01, "gap/token_out_frac": 0.0}
         rows.append(row)
@@ -206,7 +212,7 @@ def test_plot_run_writes_the_expected_pngs(tmp_path):
     paths = plot_run(_synthetic_rows(), str(tmp_path))
     names = {os.path.basename(p) for p in paths}
     assert names == {f"{n}.png" for n in ("rewards", "entropy", "groups", "lengths", "format",
-                                            "eval_accuracy", "optim", "gap")}
+                                            "eval_accuracy", "entropy_by_kind", "pass_at_k", "optim", "gap")}
     for p in paths:
         assert os.path.dirname(p) == str(tmp_path / "plots")
         assert _read_bytes(p)[:8] == b"\x89PNG\r\n\x1a\n"
