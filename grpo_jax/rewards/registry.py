@@ -24,6 +24,7 @@ import numpy as np
 from grpo_jax.config import REWARD_SPEC_FIELDS
 from grpo_jax.rewards.base import RewardFn, RewardResult
 from grpo_jax.rewards.code import code_reward
+from grpo_jax.rewards.countdown import countdown_reward
 from grpo_jax.rewards.format import format_reward
 from grpo_jax.rewards.math import math_reward
 from grpo_jax.rewards.penalties import length_penalty, overlong_penalty, repetition_penalty
@@ -40,6 +41,7 @@ REWARDS: Mapping[str, RewardFn] = MappingProxyType(
             code_reward,
             science_reward,
             translation_reward,
+            countdown_reward,
             repetition_penalty,
             overlong_penalty,
             length_penalty,

@@ -20,17 +20,18 @@ from typing import Any, Mapping
 from grpo_jax.tasks.adapters import FORMATS, NATIVE
 from grpo_jax.tasks.arithmetic import ArithmeticTask
 from grpo_jax.tasks.base import SPLITS, Row, Task, split_of
+from grpo_jax.tasks.countdown import CountdownTask
 from grpo_jax.tasks.jsonl import JsonlTask
 from grpo_jax.tasks.jsonl_math import JsonlMathTask
 from grpo_jax.tasks.translation import TranslationTask
 
 TASKS: Mapping[str, Task] = MappingProxyType(
-    {"arithmetic": ArithmeticTask(), "translation": TranslationTask(), "jsonl": JsonlTask(),
-     "jsonl_math": JsonlMathTask()}
+    {"arithmetic": ArithmeticTask(), "translation": TranslationTask(), "countdown": CountdownTask(),
+     "jsonl": JsonlTask(), "jsonl_math": JsonlMathTask()}
 )
 
 
-SYNTHETIC = ("arithmetic", "translation")  # tasks that generate their own rows (jsonl, jsonl_math read files)
+SYNTHETIC = ("arithmetic", "translation", "countdown")  # tasks generating their own rows (jsonl, jsonl_math read files)
 NOT_OPTIONS = frozenset({"name", "required_fields", "format"})  # fields task.options may not set (format: task.format)
 
 
@@ -61,5 +62,5 @@ def bind_format(task: Task, fmt: str) -> Task:
     return dataclasses.replace(task, format=fmt)
 
 
-__all__ = ["FORMATS", "SPLITS", "SYNTHETIC", "TASKS", "ArithmeticTask", "JsonlMathTask", "JsonlTask", "Row", "Task",
-           "TranslationTask", "bind_format", "get_task", "row_formats", "split_of"]
+__all__ = ["FORMATS", "SPLITS", "SYNTHETIC", "TASKS", "ArithmeticTask", "CountdownTask", "JsonlMathTask", "JsonlTask",
+           "Row", "Task", "TranslationTask", "bind_format", "get_task", "row_formats", "split_of"]

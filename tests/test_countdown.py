@@ -1,0 +1,246 @@
+"""Countdown: the exact verifier reward, the exhaustive solver, and the task (splits, rows, completions)."""
+
+from __future__ import annotations
+
+import time
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+from grpo_jax.rewards import REWARDS, RewardInputError, countdown_reward
+from grpo_jax.rewards.countdown import MAX_ANSWER_CHARS, check_expression, evaluate, parse
+from grpo_jax.tasks import SPLITS, TASKS, CountdownTask, get_task, split_of
+from grpo_jax.tasks.countdown import completion, count_solutions, solve, steps_for
+
+SAMPLE = {"numbers": [3, 5, 8], "target": 23}
+THINK = "<think>5*3=15, 15+8=23</think>"
+REASONS = {"correct", "no_answer", "too_long", "multiple_answers", "parse_error", "unary_minus", "too_deep",
+           "wrong_numbers", "division_by_zero", "wrong_value"}
+
+
+def score(answer: str, sample: dict = SAMPLE) -> tuple[float, str]:
+    result = countdown_reward(f"{THINK}<answer>{answer}</answer>", sample)
+    return result.score, result.info["reason"]
+
+
+# ------------------------------------------------------------------------------------ the verifier
+
+
+@pytest.mark.parametrize("answer, sample", [
+    ("(5*3)+8", SAMPLE),
+    ("5*3+8", SAMPLE),  # precedence without parentheses
+    ("8+3*5", SAMPLE),  # any order of the numbers
+    (" ( 5 *\t3 ) + 8 ", SAMPLE),  # spaces and tabs
+    ("(((5)*(3)))+((8))", SAMPLE),  # redundant parentheses
+    ("((8-(5-3))*3)-(0)", {"numbers": [0, 3, 3, 5, 8], "target": 18}),  # nested; 0 is a number like any other
+    ("(6/2+4)*3-1", {"numbers": [1, 2, 3, 4, 6], "target": 20}),  # all four operators
+    ("6/(1-3/4)", {"numbers": [1, 3, 4, 6], "target": 24}),  # non-integer intermediates: allowed, exact
+    ("3-(5-8)", {"numbers": [3, 5, 8], "target": 6}),  # negative intermediate: allowed
+    ("(3+3)*8", {"numbers": [3, 3, 8], "target": 48}),  # a number given twice is used twice
+])
+def test_valid_expressions_score_one(answer, sample):
+    assert score(answer, sample) == (1.0, "correct")
+
+
+@pytest.mark.parametrize("answer, sample, reason", [
+    ("5*3+8+8-8", SAMPLE, "wrong_numbers"),  # 8 reused
+    ("(3+3+3)*8", {"numbers": [3, 3, 8], "target": 72}, "wrong_numbers"),  # given twice, used three times
+    ("5*3+8", {"numbers": [2, 3, 5, 8], "target": 23}, "wrong_numbers"),  # 2 missing
+    ("5*3+9-1", SAMPLE, "wrong_numbers"),  # numbers not in the row
+    ("53-30", {"numbers": [3, 5, 30], "target": 23}, "wrong_numbers"),  # digits of two numbers glued
+    ("05*3+8", SAMPLE, "wrong_numbers"),  # written differently from the row
+    ("1000000-5*3*8", SAMPLE, "wrong_numbers"),  # a 7-digit literal
+    ("5*3-8", SAMPLE, "wrong_value"),
+    ("8/(3-3)", {"numbers": [3, 3, 8], "target": 8}, "division_by_zero"),
+    ("-3+5*8-14", SAMPLE, "unary_minus"),
+    ("8*(5--3)", SAMPLE, "unary_minus"),
+    ("+5*3+8", SAMPLE, "parse_error"),
+    ("(5*3+8", SAMPLE, "parse_error"),  # unbalanced
+    ("5*3)+8", SAMPLE, "parse_error"),
+    ("()5*3+8", SAMPLE, "parse_error"),
+    ("(5*3)+8=23", SAMPLE, "parse_error"),  # text after the expression
+    ("5**3+8", SAMPLE, "parse_error"),
+    ("5 3+8", SAMPLE, "parse_error"),
+    ("5.0*3+8", SAMPLE, "parse_error"),
+    ("5*3+", SAMPLE, "parse_error"),
+    ("", SAMPLE, "no_answer"),
+    ("1" + "0" * 400, SAMPLE, "too_long"),  # 10**400 written out
+    ("(" * 40 + "5*3+8" + ")" * 40, SAMPLE, "too_deep"),
+])
+def test_invalid_expressions_score_zero_with_reason(answer, sample, reason):
+    assert score(answer, sample) == (0.0, reason)
+
+
+@pytest.mark.parametrize("response, expected", [
+    (f"{THINK}(5*3)+8", (1.0, "correct")),  # no answer tag: the text after </think>, as for math
+    ("5*3+8", (1.0, "correct")),  # no tags at all: the whole response
+    ("<think>(5*3)+8", (0.0, "no_answer")),  # unfinished thinking
+    ("<think>(5*3)+8</think>", (0.0, "no_answer")),  # only inside the thinking
+    (f"{THINK}<answer>(5*3)+8</answer> so 23", (1.0, "correct")),  # outside text: the format reward's business
+    (f"{THINK}<answer>(5*3)+8</answer><answer>(5*3)+8</answer>", (0.0, "multiple_answers")),
+    (f"{THINK}<answer></answer><answer>(5*3)+8</answer>", (1.0, "correct")),  # empty blocks are dropped
+])
+def test_answer_segment_follows_split_response(response, expected):
+    result = countdown_reward(response, SAMPLE)
+    assert (result.score, result.info["reason"]) == expected
+
+
+def test_version_registration_and_malformed_samples():
+    assert countdown_reward.reward_version == "1" and REWARDS["countdown"] is countdown_reward
+    for sample in ({"numbers": [3, 5, 8]}, {"target": 23}, {"numbers": [], "target": 1},
+                   {"numbers": [3, True], "target": 1}, {"numbers": [3, 10**7], "target": 1},
+                   {"numbers": [3, 5], "target": "8"}, {"numbers": "3 5", "target": 8}):
+        with pytest.raises(RewardInputError):
+            countdown_reward("5*3+8", sample)
+
+
+def test_huge_answers_are_cut_fast():
+    for answer in ("9" * 10**6, "(" * 10**5, "1+" * 10**5 + "1", "-" * 10**5):
+        t0 = time.perf_counter()
+        assert score(answer) == (0.0, "too_long")
+        assert time.perf_counter() - t0 < 0.5
+    assert score("(" * 99 + "5*3+8" + ")" * 99) == (0.0, "too_long")  # 203 characters: the length cap comes first
+    assert check_expression("(" * 90 + "5*3+8" + ")" * 90, [3, 5, 8], 23) == "too_deep"
+    assert len("(" * 90 + "5*3+8" + ")" * 90) < MAX_ANSWER_CHARS
+
+
+def _random_text(rng: np.random.Generator) -> str:
+    pieces = list("0123456789+-*/() =\n\tx.") + ["3", "5", "8", "<think>", "</think>", "<answer>", "</answer>"]
+    return "".join(rng.choice(pieces, size=int(rng.integers(0, 60))))
+
+
+def test_never_raises_on_random_text():
+    rng = np.random.default_rng(0)
+    reasons = set()
+    for _ in range(3000):
+        text = _random_text(rng)
+        result = countdown_reward(text, SAMPLE)
+        assert result.score in (0.0, 1.0) and result.info["reason"] in REASONS, (text, result.info)
+        assert check_expression(text, [3, 5, 8], 23) in REASONS - {"no_answer"}
+        reasons.add(result.info["reason"])
+    assert {"parse_error", "wrong_numbers", "no_answer"} <= reasons  # the fuzz reaches several branches
+
+
+# ------------------------------------------------------------------------------------ the solver
+
+
+def traces(numbers, target) -> set[tuple[str, ...]]:
+    return {tuple(step.text() for step in s.steps) for s in solve(numbers, target)}
+
+
+def test_solver_enumerates_one_two_three_to_six():
+    # By hand, first step then last step (+ and * larger first; - only when positive; / only when exact):
+    #   1 and 2:  2+1=3 -> 3+3=6 | 2-1=1 -> {1,3}: 4, 2, 3, 3: none | 2*1=2 -> 3*2=6 | 2/1=2 -> 3*2=6
+    #   1 and 3:  3+1=4 -> 4+2=6 | 3-1=2 -> {2,2}: 4, 4, 1: none   | 3*1=3 -> 3*2=6 | 3/1=3 -> 3*2=6
+    #   2 and 3:  3+2=5 -> 5+1=6 | 3-2=1 -> {1,1}: 2, 1, 1: none   | 3*2=6 -> 6*1=6 and 6/1=6 | 3/2: not exact
+    # 9 traces.
+    assert traces([1, 2, 3], 6) == {
+        ("2+1=3", "3+3=6"), ("2*1=2", "3*2=6"), ("2/1=2", "3*2=6"),
+        ("3+1=4", "4+2=6"), ("3*1=3", "3*2=6"), ("3/1=3", "3*2=6"),
+        ("3+2=5", "5+1=6"), ("3*2=6", "6*1=6"), ("3*2=6", "6/1=6"),
+    }
+    assert len(solve([3, 2, 1], 6)) == 9 == count_solutions((3, 1, 2), 6)  # the order of the numbers is moot
+
+
+def test_solver_unique_and_unsolvable_problems():
+    # 2, 5, 7 -> 19: of the 9 first steps only 7*2=14 leaves a pair that reaches 19 (14+5).
+    (only,) = solve([2, 5, 7], 19)
+    assert [s.text() for s in only.steps] == ["7*2=14", "14+5=19"] and only.expression == "(7*2)+5"
+    assert solve([2, 5, 7], 100) == []  # the largest reachable value is 2*5*7 = 70
+    assert solve([4, 4], 0) == [] and traces([4, 4], 1) == {("4/4=1",)}  # no zero from 4-4; 4/4 exact
+    with pytest.raises(ValueError, match="positive ints"):
+        solve([3, 0], 3)
+
+
+def _check_trace(numbers, target, solution):
+    available = list(numbers)
+    for step in solution.steps:
+        available.remove(step.left)
+        available.remove(step.right)
+        assert step in steps_for(step.left, step.right) and step.result > 0
+        available.append(step.result)
+    assert available == [target]
+
+
+def test_every_solution_is_a_valid_trace_and_verifies():
+    rng = np.random.default_rng(1)
+    for _ in range(60):
+        numbers = rng.integers(1, 13, size=int(rng.integers(2, 5))).tolist()
+        target = int(rng.integers(1, 60))
+        found = solve(numbers, target)
+        assert len(found) == count_solutions(numbers, target)
+        assert len({s.steps for s in found}) == len(found)  # distinct traces
+        sample = {"numbers": numbers, "target": target}
+        for s in found:
+            _check_trace(numbers, target, s)
+            tree, _ = parse(s.expression)
+            assert evaluate(tree) == Fraction(target)
+            assert countdown_reward(completion(s), sample).score == 1.0
+
+
+# ------------------------------------------------------------------------------------ the task
+
+
+def test_splits_are_disjoint_for_any_seed_or_size():
+    task = TASKS["countdown"]
+    prompts = {split: set() for split in SPLITS}
+    for seed, n in ((0, 400), (5, 2000)):
+        for split in SPLITS:
+            rows = task.generate(split, n if split == "train" else n // 4, seed=seed)
+            assert all(split_of(r["prompt"]) == split for r in rows)  # the prompt is the canonical problem
+            prompts[split] |= {r["prompt"] for r in rows}
+    assert not prompts["train"] & prompts["heldout"]
+    assert not prompts["train"] & prompts["valid"]
+    assert not prompts["valid"] & prompts["heldout"]
+
+
+def test_generate_is_deterministic_and_prefix_stable():
+    task = TASKS["countdown"]
+    rows = task.generate("train", 300, seed=2)
+    assert rows == task.generate("train", 300, seed=2)
+    assert task.generate("train", 70, seed=2) == rows[:70]
+    assert [r["prompt"] for r in rows] != [r["prompt"] for r in task.generate("train", 300, seed=3)]
+    assert len({r["prompt"] for r in rows}) == 300
+
+
+def test_rows_solutions_and_tokens():
+    task = TASKS["countdown"]
+    tok = task.tokenizer()
+    for row in task.generate("valid", 150, seed=0):
+        numbers, target = row["numbers"], row["target"]
+        assert len(numbers) == 4 and numbers == sorted(numbers) and all(1 <= n <= 15 for n in numbers)
+        assert 1 <= target <= 100 and row["prompt"] == f"{' '.join(map(str, numbers))}:{target}="
+        texts = task.solutions(row)
+        assert row["n_solutions"] == len(texts) == len(set(texts)) >= 1
+        assert task.solution(row) == texts[0]
+        for text in (row["prompt"], *texts):
+            assert tok.unk_id not in tok.encode(text)
+        assert all(countdown_reward(t, row).score == 1.0 for t in texts)
+
+
+def test_defaults_have_several_paths_and_short_completions():
+    """The properties the defaults were chosen for (module docstring), on a smaller held-out sample."""
+    task = TASKS["countdown"]
+    tok = task.tokenizer()
+    rows = task.generate("heldout", 300, seed=0)
+    counts = np.array([r["n_solutions"] for r in rows])
+    assert counts.mean() >= 3 and (counts == 1).mean() < 0.2
+    thoughts = [task.solution(r).split("<think>")[1].split("</think>")[0] for r in rows]
+    assert np.mean([len(tok.encode(t)) for t in thoughts]) >= 15
+    assert np.mean([len(tok.encode(task.solution(r))) + 1 for r in rows]) <= 44  # with EOS
+
+
+def test_prompt_format_options_and_errors():
+    task = CountdownTask(n_numbers=3, max_number=9, max_target=50)
+    assert task.make_row([8, 3, 5], 23) == {"prompt": "3 5 8:23=", "numbers": [3, 5, 8], "target": 23,
+                                            "task": "countdown", "n_solutions": 1}
+    assert task.solution(task.make_row([8, 3, 5], 23)) == "<think>5*3=15, 15+8=23</think><answer>(5*3)+8</answer>"
+    assert len(get_task("countdown", n_numbers=3).generate("train", 5, seed=0)[0]["numbers"]) == 3
+    for bad in ({"n_numbers": 5}, {"n_numbers": 1}, {"max_number": 0}, {"max_target": True}, {"max_number": 2.5}):
+        with pytest.raises(ValueError, match="CountdownTask"):
+            CountdownTask(**bad)
+    with pytest.raises(ValueError, match="no solution"):
+        task.solution({"prompt": "2 5 7:100=", "numbers": [2, 5, 7], "target": 100})
+    with pytest.raises(ValueError, match="problem space is too small"):
+        CountdownTask(n_numbers=2, max_number=3, max_target=9).generate("heldout", 50, seed=0)
