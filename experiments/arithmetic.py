@@ -1,5 +1,6 @@
 """The default experiment: a from-scratch model learns 3-digit addition, supervised to a weak baseline,
-then improved by GRPO with correctness + format rewards. 2 CPU cores, no network, 5-15 minutes (machine-dependent; README).
+then improved by GRPO with correctness + format rewards. 2 CPU cores, no network, 5-15 minutes
+(machine-dependent; README).
 
     python experiments/arithmetic.py                          # writes runs/arithmetic/report.md
     python experiments/arithmetic.py --seed 1 --out runs/arith-s1
@@ -19,30 +20,15 @@ only +12.8 points in 600 steps), 1,000 steps (at 600, seed 2 gained +13.2 and mi
 from __future__ import annotations
 
 import os
-import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from grpo_jax.config import TrainConfig, override  # noqa: E402
-
-SFT = dict(target_accuracy=0.30, max_steps=3000, batch_size=128, lr=1e-3, eval_every=25, n_valid=300)
-SFT_SMOKE = dict(target_accuracy=0.30, max_steps=4, batch_size=16, lr=1e-3, eval_every=2, n_valid=16)
+from grpo_jax import presets
+from grpo_jax.config import TrainConfig
 
 
 def get_config(smoke: bool = False) -> TrainConfig:
-    cfg = override(TrainConfig(), [
-        "steps=1000", "prompts_per_step=32", "sampling.group_size=8", "sampling.max_new_tokens=14",
-        "model.preset=tiny", "model.d_model=128", "model.n_layers=2", "model.n_heads=4", "model.n_kv_heads=4",
-        "model.head_dim=32", "model.mlp_dim=384", "optim.lr=1e-4", "loss.beta=0.0", "task.name=arithmetic",
-        "task.n_train=20000", "task.n_eval=500", "logging.eval_every=100", "checkpoint.every=100",
-        "dynamic.enabled=true", "dynamic.oversample=2.0", "dynamic.max_rounds=1",
-    ])
-    if smoke:
-        cfg = override(cfg, ["steps=2", "prompts_per_step=4", "sampling.group_size=4", "task.n_train=200",
-                             "task.n_eval=16", "logging.eval_every=1", "checkpoint.every=1", "model.d_model=32",
-                             "model.mlp_dim=64", "model.n_layers=1"])
-    return cfg
+    """python experiments/arithmetic.py [--smoke] [--seed S] [--out DIR] [--set KEY=VALUE ...]"""
+    return presets.arithmetic(smoke)
 
 
 def summarize(rows: list[dict], *, sft: dict, wall: float, seed: int, segments: list[dict] | None = None) -> dict:
@@ -112,11 +98,12 @@ def _segments_section(segments: list[dict]) -> str:
 
 
 def main(argv=None) -> dict:
-    start = time.perf_counter()  # wall_seconds counts the imports below, as a user's clock does
+    start = time.perf_counter()
     started_at = time.time()
+    # imported here, after the clock starts: wall_seconds counts the imports (seconds of jax), as a user's clock does
     from grpo_jax import runlog
-    from grpo_jax.sft import warm_start
     from grpo_jax.cli import parse_args
+    from grpo_jax.sft import warm_start
     from grpo_jax.train import Trainer
 
     args, cfg = parse_args(argv, description=__doc__, get_config=get_config)
@@ -126,7 +113,7 @@ def main(argv=None) -> dict:
     first_step = trainer.step
     runlog.open_segment(trainer.logger.out_dir, step=first_step, started_at=started_at, last_write=last_write,
                         warm_start=first_step == 0)
-    sft_cfg = dict(SFT_SMOKE if args.smoke else SFT)
+    sft_cfg = presets.sft(args.smoke)
     valid = trainer.task.generate("valid", sft_cfg.pop("n_valid"), cfg.seed)
     sft = {}
     if trainer.step == 0:
@@ -140,7 +127,7 @@ def main(argv=None) -> dict:
         return {"steps": trainer.step}
     # The report covers the whole run, not this process: the warm start's figures come from the segment that
     # made it, the wall time is the sum over the segments (runlog.run_segments), each one listed.
-    wall_now = time.perf_counter() - start  # as before: the plots and report below are not counted
+    wall_now = time.perf_counter() - start  # the plots and report below are not counted
     rows = runlog.read_jsonl(os.path.join(out, "metrics.jsonl"))
     events = runlog.read_jsonl(trainer.logger.path("events"))
     segments = runlog.run_segments(events)
@@ -153,8 +140,9 @@ def main(argv=None) -> dict:
                         wall=sum(s["wall_seconds"] or 0.0 for s in segments if _counted(s)))
     checks = targets(summary)
     section = "\n".join(f"- [{'x' if ok else ' '}] {text}" for text, ok in checks)
-    caveat = ("Continued supervised training on the same budget may well do better on this task (docs/measurements.md §2): "
-              "this run shows that RL improves the model, not that it is the best use of compute here.")
+    caveat = ("Continued supervised training on the same budget may well do better on this task "
+              "(docs/measurements.md §2): this run shows that RL improves the model, not that it is the best use "
+              "of compute here.")
     trainer.report(summary, title="GRPO on 3-digit addition (default experiment)",
                    sections=[("Targets", section), ("Segments (the first process, then each --resume)",
                                                     _segments_section(segments)), ("Caveat", caveat)])

@@ -21,20 +21,16 @@ gap_ratio_max (largest token ratio seen), gap_token_out_frac (tokens outside [1/
 from __future__ import annotations
 
 import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import numpy as np
 
-import numpy as np  # noqa: E402
-from arithmetic import SFT, SFT_SMOKE  # noqa: E402
-from arithmetic import get_config as arithmetic_config  # noqa: E402
-from study import Arm, launch, last_mean, plot_curves, warm_start_note, write_study  # noqa: E402
-
-from grpo_jax.config import TrainConfig, override  # noqa: E402
+from grpo_jax import presets
+from grpo_jax.config import TrainConfig, override
+from grpo_jax.study import RECOMPUTE, Arm, last_mean, launch, plot_curves, warm_start_note, write_study
 
 STEPS = 200
+EVAL_EVERY = 50
 TIS_CAP = 2.0
-RECOMPUTE = "sampling.old_logp_source=recompute"
 ARMS = {
     "plain": Arm(),
     "recompute": Arm((RECOMPUTE,)),
@@ -43,11 +39,9 @@ ARMS = {
 
 
 def get_config(smoke: bool = False) -> TrainConfig:
-    return override(arithmetic_config(smoke), [
-        f"steps={2 if smoke else STEPS}", "model.param_dtype=bfloat16", "model.dtype=bfloat16",
-        "logging.gap_every=1", "logging.eval_every=" + ("1" if smoke else "50"), "checkpoint.every=0",
-        "logging.tensorboard=false",
-    ])
+    """python experiments/bf16_gap.py [--smoke] [--jobs N] [--arms A,B] [--seeds S,T] [--set KEY=VALUE ...]"""
+    return override(presets.study(smoke, steps=STEPS, eval_every=EVAL_EVERY),
+                    ["model.param_dtype=bfloat16", "model.dtype=bfloat16", "logging.gap_every=1"])
 
 
 def _over_run(rows: list[dict], key: str, reduce=np.mean) -> float:
@@ -69,8 +63,8 @@ def summarize(rows: list[dict]) -> dict:
 
 def main(argv=None) -> dict:
     args, cfg, out, arms, warm_seed, study = launch(argv, doc=__doc__, get_config=get_config, arms=ARMS,
-                                                    default_out="runs/bf16_gap", summarize=summarize, warm=SFT,
-                                                    smoke_warm=SFT_SMOKE)
+                                                    default_out="runs/bf16_gap", summarize=summarize,
+                                                    warm=presets.SFT, smoke_warm=presets.SFT_SMOKE)
     study["settings"] = {"steps": cfg.steps, "param_dtype": cfg.model.param_dtype, "dtype": cfg.model.dtype,
                          "tis_cap": TIS_CAP}
     plots = [plot_curves(out, arms, "gap/abs_logp", "mean |log pi_trainer - log pi_sampler|", "gap_abs_logp",

@@ -53,8 +53,8 @@ def sample_rewards(cfg: DemoConfig, scenario: Scenario, key: jax.Array) -> tuple
     k_fmt, k_rate, k_correct, k_partial, k_credit, k_len = jax.random.split(key, 6)
     shape = (cfg.num_prompts, cfg.group_size)
     fmt = jax.random.bernoulli(k_fmt, cfg.format_rate, shape).astype(jnp.float32)
-    rate_B1 = jax.random.beta(k_rate, cfg.correct_alpha, cfg.correct_beta, (cfg.num_prompts, 1))
-    correct = jax.random.bernoulli(k_correct, rate_B1, shape).astype(jnp.float32)
+    rate_Bx1 = jax.random.beta(k_rate, cfg.correct_alpha, cfg.correct_beta, (cfg.num_prompts, 1))
+    correct = jax.random.bernoulli(k_correct, rate_Bx1, shape).astype(jnp.float32)
     if scenario.graded:  # partial credit (0, .25, .5 or .75) for 30% of the wrong answers
         partial = jax.random.randint(k_partial, shape, 0, 4) / 4.0 * jax.random.bernoulli(k_credit, 0.3, shape)
         correct = jnp.where(correct > 0, 1.0, partial)

@@ -18,7 +18,7 @@ same, with a KL penalty of beta BETA_TOP_ENTROPY to the warm start); and
 switches adaptive temperature on) resumes it with LR_LOW added (`--set optim.lr=...`: adaptive temperature alone
 let seed 1 fall to 0.069x after its rollback; the lower lr is the control that held the median on every seed).
 Not run by default (`--arms kl_passk`): KL beta BETA_PASSK with the pass@k advantage, k PASS_K (Chen et al.
-2025), which held the median but not `none`'s accuracy on seeds 0 and 2 when rerun with one code.
+2025), which holds the median but trails `none`'s accuracy on seeds 0 and 2 (docs/measurements.md §10-§11).
 
 Reported per arm and seed: accuracy_start, accuracy_final (the mean of the evaluations of the last
 FINAL_WINDOW steps: one evaluation moved by up to 11 points between steps 250 and 300), accuracy_last,
@@ -33,29 +33,24 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import numpy as np
 
-import numpy as np  # noqa: E402
-from arithmetic import SFT, SFT_SMOKE  # noqa: E402
-from arithmetic import get_config as arithmetic_config  # noqa: E402
-from study import Arm, launch, last_mean, plot_curves, warm_start_note, write_study  # noqa: E402
+from grpo_jax import presets
+from grpo_jax.config import MonitorConfig, TrainConfig, override, to_dict
+from grpo_jax.study import Arm, last_mean, launch, plot_curves, warm_start_note, write_study
 
-from grpo_jax.config import MonitorConfig, TrainConfig, override, to_dict  # noqa: E402
-
-LR = 5e-4
-LR_LOW = 5e-5  # lower_lr; 1e-4 (the default lr) until the third full run ended at 0.22-0.25x (docs/measurements.md §8)
-BETA = 0.5  # 0.1 in the first two full runs; 0.5 from the search of docs/measurements.md §6 (tuned on seed 0)
-STEPS = 500  # 300 in the first three full runs: seed 1 then ended at 0.111x, still falling (docs/measurements.md §7)
+# The history of each choice below (what was tried, on which seeds) is in docs/measurements.md §6-§11.
+LR = 5e-4  # 5x the default experiment's lr: with the dense 0/1 reward, what pushes `none` to collapse
+LR_LOW = 5e-5  # lower_lr, and the lr after the rollback: at 1e-4 the median entropy still fell to 0.22-0.25x (§8)
+BETA = 0.5  # higher_kl: the beta search's pick on seed 0 (§6)
+STEPS = 500  # at 300 steps `none` had not finished collapsing: seed 1 ended at 0.111x, still falling (§7)
 EVAL_EVERY = 25
 FINAL_WINDOW = 100  # accuracy_final: the mean of the evaluations in the last FINAL_WINDOW steps (425-500)
 TOP_ENTROPY = 0.2  # loss.top_entropy_quantile of the top_entropy arm (Wang et al. 2025 train on the top 20%)
-# top_entropy_kl: the top 20% alone ended at 0.275-0.37x and a hair under `none` on seed 0; KL 0.5 alone held the
-# median and cost 3-4 points. The one combination run: top 20% with kl_passk's beta (docs/measurements.md §11)
+# top_entropy_kl: the top 20% alone ended at 0.275-0.37x; KL 0.5 alone held the median but cost 3-4 points (§11)
 BETA_TOP_ENTROPY = 0.1
-# kl_passk: chosen on seed 1 alone, after some 25 settings searched (docs/measurements.md §6, §8, §9): the pass@k
-# advantage alone let the median fall; with beta 0.5 / 0.3 / 0.2 it held the median but cost accuracy
+# kl_passk, chosen on seed 1: pass@k alone let the median fall; beta 0.2-0.5 held it but cost accuracy (§6, §8, §9)
 BETA_PASSK, PASS_K = 0.1, 4
 REWARDS = json.dumps([{"name": "math", "weight": 1.0}])  # dense 0/1 correctness, nothing else
 
@@ -96,11 +91,9 @@ EXTRA_ARMS = {  # run by name only (--arms kl_passk)
 
 
 def get_config(smoke: bool = False) -> TrainConfig:
-    return override(arithmetic_config(smoke), [
-        f"steps={3 if smoke else STEPS}", f"optim.lr={LR}", f"rewards.specs={REWARDS}",
-        "logging.eval_every=" + ("1" if smoke else str(EVAL_EVERY)), "checkpoint.every=0", "logging.tensorboard=false",
-        "monitor.collapse_action=warn", "task.n_eval=" + ("16" if smoke else "500"),
-    ])
+    """python experiments/entropy_collapse.py [--smoke] [--jobs N] [--arms A,B] [--seeds S,T] [--set KEY=VALUE ...]"""
+    return override(presets.collapse_study(smoke, steps=STEPS, eval_every=EVAL_EVERY, smoke_steps=3),
+                    [f"optim.lr={LR}", f"rewards.specs={REWARDS}"])
 
 
 def fit_entropy_law(h: np.ndarray, r: np.ndarray) -> dict:
@@ -170,8 +163,9 @@ def verdict(results: dict, measure: str = "entropy_p50") -> dict:
 
 def main(argv=None) -> dict:
     args, cfg, out, arms, warm_seed, study = launch(argv, doc=__doc__, get_config=get_config, arms=ARMS,
-                                                    default_out="runs/entropy_collapse", summarize=summarize, warm=SFT,
-                                                    smoke_warm=SFT_SMOKE, extra_arms=EXTRA_ARMS)
+                                                    default_out="runs/entropy_collapse", summarize=summarize,
+                                                    warm=presets.SFT, smoke_warm=presets.SFT_SMOKE,
+                                                    extra_arms=EXTRA_ARMS)
     study["verdict"] = verdict(study["results"])
     study["settings"] = {"lr": LR, "lr_lower_lr": LR_LOW, "lr_after_rollback": LR_LOW, "beta_higher_kl": BETA,
                          "top_entropy_quantile": TOP_ENTROPY,

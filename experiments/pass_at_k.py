@@ -27,20 +27,17 @@ import os
 import sys
 import tempfile
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import jax
+import numpy as np
 
-import jax  # noqa: E402
-import numpy as np  # noqa: E402
-from arithmetic import SFT, SFT_SMOKE  # noqa: E402
-from study import _warm_start  # noqa: E402
-
-from grpo_jax import checkpoint as ckpt_lib  # noqa: E402
-from grpo_jax import experience  # noqa: E402
-from grpo_jax.cli import load_config  # noqa: E402
-from grpo_jax.config import override  # noqa: E402
-from grpo_jax.fileio import atomic_write_text  # noqa: E402
-from grpo_jax.runlog import read_jsonl  # noqa: E402
-from grpo_jax.train import Trainer  # noqa: E402
+from grpo_jax import checkpoint as ckpt_lib
+from grpo_jax import evaluation, experience, presets
+from grpo_jax.cli import load_config
+from grpo_jax.config import override
+from grpo_jax.fileio import atomic_write_text
+from grpo_jax.runlog import read_jsonl
+from grpo_jax.study import kept_warm_start
+from grpo_jax.train import Trainer
 
 SAMPLE_KEY = 1234  # the sampling key of every pass@k evaluation (the same draws for every arm)
 
@@ -54,7 +51,8 @@ def sample_scores(actor, params, rows, *, k: int, prompts_per_batch: int = 32) -
         chunk = rows[start:start + prompts_per_batch]
         key = jax.random.fold_in(jax.random.key(SAMPLE_KEY), start)
         ro = experience.rollout(actor, params, chunk, key, group_size=k, temperature=1.0)
-        r, texts = experience.score(actor, chunk, ro)
+        scored = experience.score(actor, chunk, ro)
+        r, texts = scored.rewards, scored.texts
         right.append(r[:, :, 0] >= 1.0 - 1e-6)
         distinct += [len(set(texts[i * k:(i + 1) * k])) for i in range(len(chunk))]
     ok = np.concatenate(right)
@@ -82,7 +80,7 @@ def _figures(trainer: Trainer, params, run_dir: str, *, k: int, step: int, pick)
     logged evaluation that `pick` (min or max by step) chooses: the first for the warm start, the last for a
     checkpoint."""
     figures = sample_scores(trainer.actor, params, trainer.eval_rows, k=k)
-    figures["greedy"] = experience.evaluate(trainer.actor, params, trainer.eval_rows)["eval/accuracy"]
+    figures["greedy"] = evaluation.evaluate(trainer.actor, params, trainer.eval_rows)["eval/accuracy"]
     logged = pick((r for r in read_jsonl(os.path.join(run_dir, "metrics.jsonl")) if "eval/accuracy" in r),
                   key=lambda r: r["step"])
     return {**figures, "step": step, "greedy_logged": logged["eval/accuracy"], "greedy_logged_step": logged["step"]}
@@ -101,10 +99,10 @@ def score_run(run_dir: str, *, k: int) -> dict:
 def warm_params(run_dir: str, *, warm_seed: int, smoke: bool):
     """The study's warm start (recomputed with the config of the run in `run_dir` and seed `warm_seed`)."""
     cfg = load_config(os.path.join(run_dir, "config.json"))
-    sft = dict(SFT_SMOKE if smoke else SFT)
+    sft = presets.sft(smoke)
     n_valid = sft.pop("n_valid")
     with tempfile.TemporaryDirectory() as scratch:
-        params, _ = _warm_start(override(cfg, [f"seed={warm_seed}"]), scratch, n_valid, sft)
+        params, _ = kept_warm_start(override(cfg, [f"seed={warm_seed}"]), scratch, n_valid, sft)
     return params
 
 

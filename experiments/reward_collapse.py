@@ -24,21 +24,18 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import numpy as np
 
-import numpy as np  # noqa: E402
-from arithmetic import SFT, SFT_SMOKE  # noqa: E402
-from arithmetic import get_config as arithmetic_config  # noqa: E402
-from study import Arm, launch, last_mean, plot_curves, warm_start_note, write_study  # noqa: E402
-
-from grpo_jax.config import TrainConfig, override  # noqa: E402
+from grpo_jax import presets
+from grpo_jax.config import TrainConfig, override
+from grpo_jax.study import Arm, last_mean, launch, plot_curves, warm_start_note, write_study
 
 CORRECT_WEIGHT = 1.0
 EASY_WEIGHT = 4.0  # the easy dimension weighted high
 LOW_EASY_WEIGHT = 0.1  # the default experiment's format weight
 STEPS = 200
+EVAL_EVERY = 50
 # Rollouts at temperature 1.5: the easy dimension keeps varying within groups (rollout format starts near 50%
 # and climbs for ~250 steps), so it has something to drown the hard one with. At temperature 1 format is at
 # its ceiling from the start and nothing drowns (docs/measurements.md §4). STEPS and TEMPERATURE were chosen
@@ -67,13 +64,9 @@ SMOKE_ARMS = {**ARMS, "hot_reload": Arm(reload_at=1, reload_weights=(("format", 
 
 
 def get_config(smoke: bool = False) -> TrainConfig:
-    cfg = override(arithmetic_config(smoke), [
-        f"steps={2 if smoke else STEPS}", f"rewards.specs={rewards(CORRECT_WEIGHT, EASY_WEIGHT)}",
-        f"sampling.temperature={TEMPERATURE}",
-        "logging.eval_every=" + ("1" if smoke else "50"), "checkpoint.every=0", "logging.tensorboard=false",
-        "monitor.collapse_action=warn", "task.n_eval=" + ("16" if smoke else "500"),
-    ])
-    return cfg
+    """python experiments/reward_collapse.py [--smoke] [--jobs N] [--arms A,B] [--seeds S,T] [--set KEY=VALUE ...]"""
+    return override(presets.collapse_study(smoke, steps=STEPS, eval_every=EVAL_EVERY), [
+        f"rewards.specs={rewards(CORRECT_WEIGHT, EASY_WEIGHT)}", f"sampling.temperature={TEMPERATURE}"])
 
 
 def summarize(rows: list[dict]) -> dict:
@@ -126,7 +119,7 @@ def verdict(results: dict) -> dict:
 def main(argv=None) -> dict:
     args, cfg, out, arms, warm_seed, study = launch(
         argv, doc=__doc__, get_config=get_config, arms=ARMS, smoke_arms=SMOKE_ARMS, default_out="runs/reward_collapse",
-        summarize=summarize, warm=SFT, smoke_warm=SFT_SMOKE)
+        summarize=summarize, warm=presets.SFT, smoke_warm=presets.SFT_SMOKE)
     study["verdict"] = verdict(study["results"])
     study["settings"] = {"correct_weight": CORRECT_WEIGHT, "easy_weight": EASY_WEIGHT, "temperature": TEMPERATURE,
                          "low_easy_weight": LOW_EASY_WEIGHT, "steps": cfg.steps}

@@ -1,9 +1,14 @@
-"""Shared runner for multi-arm, multi-seed studies (the estimator ablation, the entropy-collapse study).
+"""The study framework: multi-arm, multi-seed studies on one setting (the reward- and entropy-collapse studies,
+the bf16 gap study; `experiments/<study>.py` are their launchers).
+
+    from grpo_jax import study
+    args, cfg, out, arms, warm_seed, results = study.launch(argv, doc=__doc__, get_config=get_config, arms=ARMS, ...)
 
 Per seed, one supervised warm start is shared by every arm (same starting policy, so arms differ only in
 what the arm changes), or with `warm_seed` one warm start is shared by every seed too (seeds then vary only
 the RL: sampling and data order); each arm is then a GRPO run in `<out>/<arm>/seed<k>/` with its own report files.
-The study writes `<out>/results.json`, `<out>/results.md` and comparison plots under `<out>/plots/`.
+`--jobs N` splits the runs over N processes pinned one core each (`job_splits`, `run_jobs`). The study writes
+`<out>/results.json`, `<out>/results.md` and comparison plots under `<out>/plots/` (`write_study`, `plot_curves`).
 """
 
 from __future__ import annotations
@@ -18,22 +23,18 @@ import subprocess
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import flax.serialization
+import numpy as np
+from matplotlib.figure import Figure  # no pyplot: files only, and no global backend switch for the importer
 
-import flax.serialization  # noqa: E402
-import matplotlib  # noqa: E402
-
-matplotlib.use("Agg")  # before pyplot: files only, no display
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-
-from grpo_jax.config import TrainConfig, override, to_dict  # noqa: E402
-from grpo_jax.fileio import atomic_write, atomic_write_text  # noqa: E402
-from grpo_jax.provenance import package_versions, source_digest  # noqa: E402
-from grpo_jax.runlog import read_jsonl  # noqa: E402
-from grpo_jax.sft import warm_start  # noqa: E402
-from grpo_jax.train import Trainer  # noqa: E402
-from grpo_jax.train import main as train_main  # noqa: E402
+from grpo_jax.cli import parse_args
+from grpo_jax.config import TrainConfig, override, to_dict
+from grpo_jax.fileio import atomic_write, atomic_write_text
+from grpo_jax.provenance import package_versions, source_digest
+from grpo_jax.runlog import read_jsonl
+from grpo_jax.sft import warm_start
+from grpo_jax.train import Trainer
+from grpo_jax.train import main as train_main
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,9 +106,9 @@ def launch(argv, *, doc: str, get_config, arms: dict, default_out: str, summariz
            smoke_arms: dict | None = None, extra_arms: dict | None = None):
     """What every study's main() starts with: parse the command line, pick the arms (`select_arms`; from
     `smoke_arms` with --smoke when given; `extra_arms` by name only), train
-    (or with --summarize-only collect) every arm and seed. Returns (args, cfg, out, arms, warm_seed, study)."""
-    from grpo_jax.cli import parse_args
+    (or with --summarize-only collect) every arm and seed. Returns (args, cfg, out, arms, warm_seed, study).
 
+    --jobs N re-runs the script that defines `get_config` (the launcher) in N process slots."""
     args, cfg = parse_args(argv, description=doc, get_config=get_config)
     out, seeds, sft, warm_seed = study_settings(args, cfg, default_out, warm=warm, smoke_warm=smoke_warm)
     arms = select_arms(smoke_arms if args.smoke and smoke_arms else arms, args.arms, extra_arms)
@@ -132,7 +133,7 @@ def job_splits(arms: dict, seeds: list[int], jobs: int) -> list[list[list[str]]]
     another. The runs (arm, seed), arm by arm, are cut into `jobs` contiguous shares whose sizes differ by at
     most one run (13 arms x 3 seeds on 2 jobs: 20 and 19 runs, not the 21 and 18 of whole arms); a share is one
     process per stretch of arms with the same seeds (`--arms A,B --seeds 0,1,2`). The warm start is trained once
-    per slot and then read from disk (`_warm_start`). Argparse keeps the last value of a repeated option, so
+    per slot and then read from disk (`kept_warm_start`). Argparse keeps the last value of a repeated option, so
     these override the parent's own --arms / --seeds."""
     runs = [(a, s) for a in arms for s in seeds]
     n = max(1, min(jobs, len(runs)))
@@ -280,8 +281,8 @@ def run_study(base: TrainConfig, arms: dict[str, Arm], *, seeds, out: str, sft: 
         seed_cfg = override(base, [f"seed={seed}"])
         ws = seed if warm_seed is None else warm_seed
         if ws not in warm_starts:
-            warm_starts[ws] = _warm_start(override(base, [f"seed={ws}"]), os.path.join(out, "warm_start", f"seed{ws}"),
-                                          n_valid, sft)
+            warm_starts[ws] = kept_warm_start(override(base, [f"seed={ws}"]),
+                                              os.path.join(out, "warm_start", f"seed{ws}"), n_valid, sft)
         params, sft_summary = warm_starts[ws]
         for name, arm in arms.items():
             run_dir = os.path.join(out, name, f"seed{seed}")
@@ -300,7 +301,7 @@ def run_study(base: TrainConfig, arms: dict[str, Arm], *, seeds, out: str, sft: 
     return {"results": results, "seeds": list(seeds), "wall_seconds": time.perf_counter() - start}
 
 
-def _warm_start(cfg: TrainConfig, run_dir: str, n_valid: int, sft: dict):
+def kept_warm_start(cfg: TrainConfig, run_dir: str, n_valid: int, sft: dict):
     """The supervised warm start of `cfg.seed` (model init, data order, validation rows): (params, summary).
 
     Kept in `run_dir` (warm_start.msgpack, and warm_start.json with what made it): a later process of the same
@@ -359,7 +360,8 @@ def plot_curves(out: str, arms, key: str, ylabel: str, name: str, *, log: bool =
     """One line per arm of a metric against the step: the mean over seeds, with a band of +- one std
     (log: a log axis, with the geometric mean and a band of x/÷ the geometric std: entropies span decades).
     Arms past the tenth get dashed lines: the colour cycle has ten colours."""
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig = Figure(figsize=(7, 4))
+    ax = fig.subplots()
     for i, arm in enumerate(arms):
         curves = []
         arm_dir = os.path.join(out, arm)
@@ -390,7 +392,6 @@ def plot_curves(out: str, arms, key: str, ylabel: str, name: str, *, log: bool =
     path = os.path.join(out, "plots", f"{name}.png")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
-    plt.close(fig)
     return path
 
 

@@ -7,6 +7,13 @@ import os
 import subprocess
 import sys
 
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from grpo_jax.cli import load_config
+from grpo_jax.train import Trainer
+from tests.launchers import load_launcher
 from tests.test_train import ROOT
 
 REPORT_FIELDS = ("accuracy_sft", "accuracy_final", "accuracy_best", "format_rate_final", "entropy_first",
@@ -14,7 +21,7 @@ REPORT_FIELDS = ("accuracy_sft", "accuracy_final", "accuracy_best", "format_rate
 
 
 def _arithmetic_smoke(out, *extra):
-    # umask 022 as a user's shell has it: the files must come out 0644 (they were 0600, issue 18)
+    # umask 022 as a user's shell has it: the files must come out 0644, readable by others, not 0600
     cmd = [sys.executable, "experiments/arithmetic.py", "--smoke", "--quiet", "--out", str(out), *extra]
     return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600, umask=0o022)
 
@@ -39,9 +46,9 @@ def test_arithmetic_smoke_writes_the_report_and_resumes_accumulate_it(tmp_path):
     assert len(gaps) == 1 and 0 <= gaps[0] < 1e-4 and (tmp_path / "plots" / "gap.png").exists()
     outputs = ["config.json", "report.md", "report.json"] + [f"plots/{p}" for p in os.listdir(tmp_path / "plots")]
     assert {p: oct(os.stat(tmp_path / p).st_mode & 0o777) for p in outputs} == {p: "0o644" for p in outputs}
-    # Issue 18: each --resume overwrote the report with sft_steps / sft_valid_accuracy null and the wall time of
-    # its own process only. Resumed twice (a step each), the report keeps the warm start's figures, lists the
-    # three segments and sums their wall times, and the 15-minute target is checked against the sum.
+    # Resumed twice (a step each), the report keeps the warm start's figures (sft_steps / sft_valid_accuracy
+    # from the segment that made it, not null), lists the three segments and sums their wall times, and the
+    # 15-minute target is checked against the sum, not against the last process's own time.
     first = summary
     for steps in (3, 4):
         again = _arithmetic_smoke(tmp_path, "--resume", "--set", f"steps={steps}")
@@ -63,7 +70,7 @@ def test_arithmetic_smoke_writes_the_report_and_resumes_accumulate_it(tmp_path):
 
 def test_profile_step_writes_a_roofline_per_part(tmp_path):
     out_file = tmp_path / "profile.json"
-    out = subprocess.run([sys.executable, "experiments/profile_step.py", "--preset", "tiny", "--prompts", "2",
+    out = subprocess.run([sys.executable, "experiments/bench/profile_step.py", "--preset", "tiny", "--prompts", "2",
                           "--group", "2", "--new-tokens", "8", "--repeats", "1", "--microbatches", "2",
                           "--out", str(out_file)], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -78,19 +85,20 @@ def test_profile_step_writes_a_roofline_per_part(tmp_path):
 
 def test_bench_train_runs_the_gpu_path_settings_on_cpu():
     """The accelerator settings of bench_train (bf16 params, a data mesh of 2 devices, so the rollout takes
-    the per-device shard_map path) on a tiny model: runs and prints the split. bf16 used to crash in the
-    train step (PERF.md #18)."""
-    out = subprocess.run([sys.executable, "experiments/bench_train.py", "--preset", "tiny", "--dtype", "bfloat16",
-                          "--devices", "2", "--prompts", "2", "--group", "2", "--new-tokens", "8", "--repeats", "1",
-                          "--microbatches", "2"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    the per-device shard_map path) on a tiny model: runs and prints the split, so the bf16 train step is
+    seen to compile (its averaged gradient must stay bf16: PERF.md #18)."""
+    out = subprocess.run([sys.executable, "experiments/bench/bench_train.py", "--preset", "tiny", "--dtype",
+                          "bfloat16", "--devices", "2", "--prompts", "2", "--group", "2", "--new-tokens", "8",
+                          "--repeats", "1", "--microbatches", "2"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "bfloat16, 2 device(s)" in out.stdout and "full GRPO step" in out.stdout
 
 
 def test_bench_scaling_smoke_prints_the_three_tables(tmp_path):
     out_file = tmp_path / "scaling.json"
-    out = subprocess.run([sys.executable, "experiments/bench_scaling.py", "--smoke", "--out", str(out_file)], cwd=ROOT,
-                         capture_output=True, text=True, timeout=900)
+    out = subprocess.run([sys.executable, "experiments/bench/bench_scaling.py", "--smoke", "--out", str(out_file)],
+                         cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stderr[-3000:]
     data = json.loads(out_file.read_text())
     assert [r["group"] for r in data["group"]] == [4, 8]
@@ -176,16 +184,8 @@ def test_entropy_collapse_smoke(tmp_path):
     assert all(p.read_bytes() == b for p, b in before.items())
     # the policy scored is the checkpoint's, not the model the scratch trainer was built with (at smoke scale
     # both score 0%, so the greedy check above cannot tell them apart)
-    sys.path.insert(0, os.path.join(ROOT, "experiments"))
-    import jax
-    import jax.numpy as jnp
-    from pass_at_k import restore_policy
-
-    from grpo_jax.cli import load_config
-    from grpo_jax.train import Trainer
-
     run_dir = str(tmp_path / "none" / "seed0")
-    trainer, params, step = restore_policy(run_dir, str(tmp_path / "scratch_a"))
+    trainer, params, step = load_launcher("pass_at_k").restore_policy(run_dir, str(tmp_path / "scratch_a"))
     fresh = Trainer(load_config(os.path.join(run_dir, "config.json")), str(tmp_path / "scratch_b"), quiet=True)
     moved = [float(jnp.max(jnp.abs(a - b))) for a, b in zip(jax.tree.leaves(params),
                                                             jax.tree.leaves(fresh.policy_params()))]
@@ -226,13 +226,12 @@ def test_bf16_gap_smoke(tmp_path):
 def test_entropy_study_accuracy_final_is_the_mean_of_the_last_window():
     """accuracy_final averages the evaluations after step STEPS - FINAL_WINDOW (not the step-0 one), so one
     noisy evaluation does not decide the verdict; accuracy_last keeps the single last one."""
-    sys.path.insert(0, os.path.join(ROOT, "experiments"))
-    from entropy_collapse import EVAL_EVERY, FINAL_WINDOW, STEPS, summarize
-
+    entropy = load_launcher("entropy_collapse")
+    EVAL_EVERY, FINAL_WINDOW, STEPS = entropy.EVAL_EVERY, entropy.FINAL_WINDOW, entropy.STEPS
     rows = [{"step": s, "entropy/mean": 0.3, "entropy/p50": 0.1, "reward/math/mean": 0.5} for s in range(1, STEPS + 1)]
     evals = {s: s / 1000 for s in range(0, STEPS + 1, EVAL_EVERY)}
     rows += [{"step": s, "eval/accuracy": a} for s, a in evals.items()]
-    out = summarize(sorted(rows, key=lambda r: r["step"]))
+    out = entropy.summarize(sorted(rows, key=lambda r: r["step"]))
     window = [a for s, a in evals.items() if s > STEPS - FINAL_WINDOW]  # steps 225, 250, 275, 300 -> mean 0.2625
     assert out["accuracy_final_evals"] == len(window) == FINAL_WINDOW // EVAL_EVERY
     assert abs(out["accuracy_final"] - sum(window) / len(window)) < 1e-12
@@ -240,11 +239,7 @@ def test_entropy_study_accuracy_final_is_the_mean_of_the_last_window():
 
 
 def test_entropy_law_fit_recovers_known_coefficients():
-    import numpy as np
-
-    sys.path.insert(0, os.path.join(ROOT, "experiments"))
-    from entropy_collapse import fit_entropy_law
-
+    fit_entropy_law = load_launcher("entropy_collapse").fit_entropy_law
     h = np.linspace(0.1, 1.0, 20)
     r = -0.3 * np.exp(h) + 1.2  # a = 0.3, b = 1.2 exactly
     fit = fit_entropy_law(h, r)
@@ -253,12 +248,9 @@ def test_entropy_law_fit_recovers_known_coefficients():
 
 def test_trl_peer_tokenizer_is_one_word_one_id():
     """The TRL baseline's prompts must be exactly as long as ours: every "tN" word is token N, including
-    words that begin with a special token's text (the first version named pad/eos "t0"/"t1", and "t17"
-    came out as [eos, unk])."""
-    sys.path.insert(0, os.path.join(ROOT, "experiments"))
-    from peer_trl import build_tokenizer
-
-    tok = build_tokenizer(512)
+    words that begin with a special token's text (had pad/eos been named "t0"/"t1", "t17" would come
+    out as [eos, unk]: added tokens are matched inside words)."""
+    tok = load_launcher("bench/peer_trl").build_tokenizer(512)
     words = [3, 10, 17, 100, 123, 511]
     assert tok(" ".join(f"t{i}" for i in words), add_special_tokens=False)["input_ids"] == words
     assert (tok.pad_token_id, tok.eos_token_id) == (0, 1)

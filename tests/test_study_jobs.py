@@ -13,12 +13,10 @@ import jax
 import numpy as np
 import pytest
 
+from grpo_jax import presets, study
+from grpo_jax.study import Arm, job_splits, run_jobs, select_arms
+from tests.launchers import load_launcher
 from tests.test_train import ROOT
-
-sys.path.insert(0, os.path.join(ROOT, "experiments"))
-
-import study  # noqa: E402
-from study import Arm, job_splits, run_jobs, select_arms  # noqa: E402
 
 
 def _arms(names):
@@ -70,22 +68,20 @@ def test_run_jobs_pins_each_slot_to_one_core_runs_its_commands_in_turn_and_names
 
 
 def test_warm_start_is_kept_and_reused_only_with_the_same_settings(tmp_path, monkeypatch):
-    from reward_collapse import SFT_SMOKE, get_config
-
-    cfg = get_config(smoke=True)
-    sft = {k: v for k, v in SFT_SMOKE.items() if k != "n_valid"}  # run_study passes n_valid on its own
-    params, summary = study._warm_start(cfg, str(tmp_path), 20, dict(sft))
+    cfg = load_launcher("reward_collapse").get_config(smoke=True)
+    sft = {k: v for k, v in presets.SFT_SMOKE.items() if k != "n_valid"}  # run_study passes n_valid on its own
+    params, summary = study.kept_warm_start(cfg, str(tmp_path), 20, dict(sft))
     calls = []
     real = study.warm_start
     monkeypatch.setattr(study, "warm_start", lambda *a, **k: calls.append(1) or real(*a, **k))
-    again, summary_again = study._warm_start(cfg, str(tmp_path), 20, dict(sft))
+    again, summary_again = study.kept_warm_start(cfg, str(tmp_path), 20, dict(sft))
     assert calls == [] and summary_again["sft_steps"] == summary["sft_steps"]  # read from disk, not trained
     for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(again), strict=True):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     # other settings (here n_valid, then the seed) are trained again, and their warm start replaces the kept one
-    study._warm_start(cfg, str(tmp_path), 21, dict(sft))
+    study.kept_warm_start(cfg, str(tmp_path), 21, dict(sft))
     assert calls == [1]
-    other, _ = study._warm_start(dataclasses.replace(cfg, seed=cfg.seed + 1), str(tmp_path), 21, dict(sft))
+    other, _ = study.kept_warm_start(dataclasses.replace(cfg, seed=cfg.seed + 1), str(tmp_path), 21, dict(sft))
     assert calls == [1, 1]
     assert any(not np.array_equal(np.asarray(a), np.asarray(b))
                for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(other)))
@@ -100,8 +96,7 @@ SMOKE_REWARDS = json.dumps([{"name": "math", "weight": 1.0},
 
 
 def test_reward_collapse_jobs_trains_every_run_once_and_summarizes_them(tmp_path):
-    from pass_at_k import restore_policy
-
+    restore_policy = load_launcher("pass_at_k").restore_policy
     cmd = [sys.executable, "experiments/reward_collapse.py", "--smoke", "--quiet", "--out", str(tmp_path), "--arms",
            "grpo,gdpo,per_dim", "--seeds", "0,1", "--jobs", "2", "--set", f"rewards.specs={SMOKE_REWARDS}"]
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)

@@ -2,17 +2,12 @@
 
 from __future__ import annotations
 
-import os
-import sys
-
 import pytest
 
-from tests.test_train import ROOT
+from tests.launchers import load_launcher
 
-sys.path.insert(0, os.path.join(ROOT, "experiments"))
-
-from entropy_collapse import verdict as entropy_verdict  # noqa: E402
-from reward_collapse import verdict as reward_verdict  # noqa: E402
+entropy_verdict = load_launcher("entropy_collapse").verdict
+reward_verdict = load_launcher("reward_collapse").verdict
 
 
 def _ent(seed, first, final, acc, **extra):

@@ -1,9 +1,9 @@
 """XLA-planned memory (and step time) of the policy-loss forward + backward with and without gradient
 checkpointing per decoder layer (`ModelConfig.remat`: none / full / dots).
 
-    python experiments/bench_remat.py                  # 8 layers, width 512, 8 x 512 tokens: compile, then time
-    python experiments/bench_remat.py --qwen05b        # Qwen2.5-0.5B shapes, 4 x 512 tokens: compile only
-    python experiments/bench_remat.py --smoke          # seconds: 2 layers, width 64, 2 x 32 tokens
+    python experiments/bench/bench_remat.py                  # 8 layers, width 512, 8 x 512 tokens: compile, then time
+    python experiments/bench/bench_remat.py --qwen05b        # Qwen2.5-0.5B shapes, 4 x 512 tokens: compile only
+    python experiments/bench/bench_remat.py --smoke          # seconds: 2 layers, width 64, 2 x 32 tokens
 
 What is compiled: `jax.jit(jax.value_and_grad(micro_loss, has_aux=True)).lower(...).compile()` for the loss
 the trainer differentiates (`grpo_jax.update.make_micro_loss`: teacher-forced forward over prompt +
@@ -14,7 +14,7 @@ the 0.5B case only compiles. The figures are `compiled.memory_analysis()` fields
 batch), `output_size_in_bytes` (loss, metrics, gradients), `alias_size_in_bytes`, and
 `peak_memory_in_bytes` as XLA reports it (0 where a backend does not fill it in; XLA:CPU reports
 argument + output there, without temporaries); "planned" is argument + output + temp - alias, the
-footprint `experiments/bench_scaling.py` reports. "JAX residuals" is what JAX itself asks to keep for the
+footprint `experiments/bench/bench_scaling.py` reports. "JAX residuals" is what JAX itself asks to keep for the
 backward pass (`residual_bytes`): it shows what checkpointing removes before XLA plans buffers. The
 figures depend only on the shapes and the backend's compiler, not on the machine's load.
 """
@@ -28,6 +28,15 @@ import os
 import statistics
 import time
 
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import models
+from grpo_jax import update
+from grpo_jax.config import TrainConfig, override
+from grpo_jax.experience import Batch
+
 MODES = ("none", "full", "dots")
 FIELDS = ("temp_size_in_bytes", "argument_size_in_bytes", "output_size_in_bytes", "alias_size_in_bytes",
           "peak_memory_in_bytes")
@@ -35,8 +44,6 @@ FIELDS = ("temp_size_in_bytes", "argument_size_in_bytes", "output_size_in_bytes"
 
 def model_config(args):
     """The ModelConfig to measure (remat left at "none"; each mode replaces it)."""
-    import models
-
     if args.qwen05b:
         return models.qwen2_5_0_5b(param_dtype=args.dtype, dtype=args.dtype)
     return models.ModelConfig(vocab_size=args.vocab, d_model=args.d_model, n_layers=args.n_layers,
@@ -48,20 +55,12 @@ def model_config(args):
 def train_config(completion: int):
     """The run settings that shape the loss (the rows come from the inputs): the last `completion` tokens of
     each row are trained, with the KL term on."""
-    from grpo_jax.config import TrainConfig, override
-
     return override(TrainConfig(), [f"sampling.max_new_tokens={completion}", "loss.beta=0.04"])
 
 
 def abstract_inputs(mc, batch: int, seq_len: int, completion: int) -> tuple:
     """(params, Batch, ref_logp, sampler_logp (None), key, entropy_coef) as shapes only: what `micro_loss`
     takes."""
-    import jax
-    import jax.numpy as jnp
-
-    import models
-    from grpo_jax.experience import Batch
-
     params = jax.eval_shape(functools.partial(models.init_params, mc), jax.random.key(0))
 
     def row(*shape, dtype=jnp.float32):
@@ -76,12 +75,6 @@ def abstract_inputs(mc, batch: int, seq_len: int, completion: int) -> tuple:
 
 def concrete_inputs(mc, batch: int, seq_len: int, completion: int) -> tuple:
     """Real arrays of the same shapes (random weights, tokens, advantages), for timing the small case."""
-    import jax
-    import jax.numpy as jnp
-
-    import models
-    from grpo_jax.experience import Batch
-
     keys = jax.random.split(jax.random.key(1), 4)
     params = models.init_params(mc, jax.random.key(0))
     logp = -jax.random.uniform(keys[1], (batch, completion)) * 3.0
@@ -94,10 +87,6 @@ def concrete_inputs(mc, batch: int, seq_len: int, completion: int) -> tuple:
 
 def compile_mode(mc, cfg, mode: str, inputs: tuple):
     """The compiled value-and-grad of the training loss with `remat=mode`, and the seconds it took."""
-    import jax
-
-    from grpo_jax import update
-
     grad_fn = jax.jit(jax.value_and_grad(update.make_micro_loss(mc.replace(remat=mode), cfg), has_aux=True))
     start = time.perf_counter()
     compiled = grad_fn.lower(*inputs).compile()
@@ -108,11 +97,6 @@ def residual_bytes(mc, cfg, mode: str, inputs: tuple) -> int:
     """Bytes JAX keeps from the forward for the backward pass with `remat=mode`: the leaves of the
     `jax.vjp` closure, traced under `jax.eval_shape` (nothing allocated). This is the plan JAX hands to XLA,
     the same on every backend; how much of it the compiled program keeps is the backend's buffer plan."""
-    import jax
-    import numpy as np
-
-    from grpo_jax import update
-
     loss = update.make_micro_loss(mc.replace(remat=mode), cfg)
 
     def vjp_closure(params, *rest):
@@ -133,8 +117,6 @@ def memory_figures(compiled) -> dict:
 
 def step_seconds(compiled, inputs: tuple, repeats: int) -> float:
     """Median wall time of one call of the compiled value-and-grad (after one warm-up call)."""
-    import jax
-
     jax.block_until_ready(compiled(*inputs))
     times = []
     for _ in range(repeats):
@@ -187,9 +169,8 @@ def main(argv=None) -> list[dict]:
         args.n_layers, args.d_model, args.n_heads, args.n_kv_heads, args.head_dim = 2, 64, 4, 2, 16
         args.mlp_dim, args.vocab, args.seq_len, args.prompt_len, args.batch, args.repeats = 128, 128, 32, 8, 2, 1
     batch = args.batch or (4 if args.qwen05b else 8)
-    os.environ.setdefault("JAX_PLATFORMS", args.platform)
-    import jax
-
+    if not os.environ.get("JAX_PLATFORMS"):  # JAX_PLATFORMS, when set, wins over --platform
+        jax.config.update("jax_platforms", args.platform)
     mc = model_config(args)
     completion = args.seq_len - args.prompt_len
     cfg = train_config(completion)

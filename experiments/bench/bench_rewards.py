@@ -1,8 +1,8 @@
 """Reward throughput benchmark: responses/s for math and format (inline) and code (sandbox pool).
 
-    python experiments/bench_rewards.py                 # 4,096 math + 4,096 format + 256 code, 2 workers
-    python experiments/bench_rewards.py --workers 4     # code pool size
-    python experiments/bench_rewards.py --smoke         # tiny sizes, for a quick check
+    python experiments/bench/bench_rewards.py                 # 4,096 math + 4,096 format + 256 code, 2 workers
+    python experiments/bench/bench_rewards.py --workers 4     # code pool size
+    python experiments/bench/bench_rewards.py --smoke         # tiny sizes, for a quick check
 
 The responses are synthetic but shaped like real ones (think segment, then an answer): math mixes
 plain numbers, fractions, percents, thousands separators and LaTeX that needs the symbolic path; code

@@ -1,8 +1,8 @@
 """Step time by mesh layout on the default experiment's GRPO step (3-digit addition shapes: 32 prompts x G=8,
 14 new tokens, width 128, 2 layers), from the Trainer's own timings:
 
-    python experiments/bench_rollout_mesh.py              # 3 layouts x 2 rounds, each a fresh process
-    python experiments/bench_rollout_mesh.py --steps 20 --rounds 3
+    python experiments/bench/bench_rollout_mesh.py              # 3 layouts x 2 rounds, each a fresh process
+    python experiments/bench/bench_rollout_mesh.py --steps 20 --rounds 3
 
 Layouts: `1 device` (everything on one CPU device); `data 2` (rollout and update both split over 2 devices);
 `update 1, rollout 2` (the update on one device, the rollout on a 2-device mesh of its own: mesh.data=1,
@@ -20,7 +20,6 @@ import statistics
 import subprocess
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LAYOUTS = {
     "1 device": (1, ["mesh.data=1"]),
     "data 2": (2, ["mesh.data=2"]),
@@ -29,22 +28,21 @@ LAYOUTS = {
 
 CHILD = """
 import json, sys, tempfile
-sys.path.insert(0, sys.argv[1]); sys.path.insert(0, sys.argv[1] + "/experiments")
-from arithmetic import get_config
+from grpo_jax import presets
 from grpo_jax.config import override
 from grpo_jax.train import Trainer
-steps, warmup, extra = int(sys.argv[2]), int(sys.argv[3]), json.loads(sys.argv[4])
-cfg = override(get_config(), ["logging.tensorboard=false", "checkpoint.every=0", "logging.eval_every=0",
+steps, warmup, extra = int(sys.argv[1]), int(sys.argv[2]), json.loads(sys.argv[3])
+cfg = override(presets.arithmetic(), ["logging.tensorboard=false", "checkpoint.every=0", "logging.eval_every=0",
                               "task.n_eval=0", "monitor.collapse_action=warn"] + extra)
 tr = Trainer(cfg, tempfile.mkdtemp(), quiet=True)
-rows = [tr.step_once()[1] for _ in range(warmup + steps)][warmup:]
+rows = [tr.step_once().timings for _ in range(warmup + steps)][warmup:]
 print(json.dumps({k: [r[k] for r in rows] for k in ("time/step", "time/rollout_and_reward", "time/update")}))
 """
 
 
 def run_layout(devices: int, extra: list[str], steps: int, warmup: int) -> dict:
     env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}")
-    out = subprocess.run([sys.executable, "-c", CHILD, ROOT, str(steps), str(warmup), json.dumps(extra)], env=env,
+    out = subprocess.run([sys.executable, "-c", CHILD, str(steps), str(warmup), json.dumps(extra)], env=env,
                          capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 

@@ -1,8 +1,8 @@
 """Rollout throughput: our sampler vs transformers' `generate`, same weights, same work, one process.
 
-    python experiments/bench_sampler.py                       # the benchmark work below, f32, 2 CPU devices
-    python experiments/bench_sampler.py --dtype bfloat16 --devices 1
-    python experiments/bench_sampler.py --no-hf --preset qwen2.5-0.5b --dtype bfloat16 --platform gpu
+    python experiments/bench/bench_sampler.py                       # the benchmark work below, f32, 2 CPU devices
+    python experiments/bench/bench_sampler.py --dtype bfloat16 --devices 1
+    python experiments/bench/bench_sampler.py --no-hf --preset qwen2.5-0.5b --dtype bfloat16 --platform gpu
 
 Work (docs/measurements.md §1): tiny Qwen2 (vocab 512, hidden 256, MLP 688, 4 layers, 8 heads, 2 KV heads, tied), random
 init in transformers (seed 0), saved with `save_pretrained` and read with `models.load_hf`; 8 prompts x
@@ -17,6 +17,15 @@ import os
 import statistics
 import sys
 import tempfile
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import models
+from grpo_jax import experience, perf, sharding
+from grpo_jax.config import MeshConfig, SamplingConfig
+from grpo_jax.sampler import bucket_length, sample, sample_pmap
 
 
 def get_config() -> dict:
@@ -39,19 +48,11 @@ def _parse(argv):
 
 def main(argv=None) -> dict:
     args = _parse(argv)
-    # Device setup must precede the first jax import: on CPU, each core is worth most as its own device.
-    os.environ.setdefault("JAX_PLATFORMS", args.platform)
-    import jax
-
+    # Device setup must precede the first array (no backend yet): on CPU, each core is worth most as its own device.
+    if not os.environ.get("JAX_PLATFORMS"):  # JAX_PLATFORMS, when set, wins over --platform
+        jax.config.update("jax_platforms", args.platform)
     if args.platform == "cpu":
         jax.config.update("jax_num_cpu_devices", args.devices)
-    import jax.numpy as jnp
-    import numpy as np
-
-    import models
-    from grpo_jax import perf
-    from grpo_jax.sampler import bucket_length, sample, sample_pmap
-
     perf.tune_host_allocator()
 
     b, g, p, n = args.prompts, args.group, args.prompt_len, args.new_tokens
@@ -59,6 +60,7 @@ def main(argv=None) -> dict:
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
         if args.hf:
+            # only the transformers baseline needs these (torch is optional: the `test` extra)
             import torch
             import transformers
 
@@ -90,9 +92,6 @@ def main(argv=None) -> dict:
         mask = jnp.ones((b, p), jnp.int32)
         fn = sample_pmap if args.pmap else sample
         if not args.pmap:  # prompts split over a data mesh, params replicated: one SPMD program
-            from grpo_jax import sharding
-            from grpo_jax.config import MeshConfig
-
             mesh = sharding.make_mesh(MeshConfig())
             params = sharding.shard_params(params, mesh)
             tokens = jax.device_put(tokens, sharding.batch_sharding(mesh, 2))
@@ -149,19 +148,12 @@ class _FixedPrompts:
         self.prompts = prompts
 
     def encode_batch(self, texts):
-        import numpy as np
-
         return self.prompts[list(texts)], np.ones((len(texts), self.prompts.shape[1]), bool)
 
 
 def _trainer_path(cfg, params, mesh, prompts, group: int, new_tokens: int, counter):
     """A runner of `experience.rollout` as `Trainer.step_once` calls it: host prompts placed on the Trainer's
     mesh (`sharding.shard_rows`), then the sampler."""
-    import jax
-
-    from grpo_jax import experience
-    from grpo_jax.config import SamplingConfig
-
     sampling = SamplingConfig(group_size=group, max_new_tokens=new_tokens)
     actor = experience.Actor(cfg, _FixedPrompts(prompts), (), sampling, mesh=mesh)
     rows = [{"prompt": i} for i in range(len(prompts))]

@@ -1,10 +1,10 @@
 """Scaling tables: rollout and update time and peak memory as the group size G, the completion length
 and the model width double.
 
-    python experiments/bench_scaling.py                   # all three sweeps on the tiny Qwen2 shape, f32
-    python experiments/bench_scaling.py --sweep group     # one sweep
-    python experiments/bench_scaling.py --smoke           # seconds: tiny model, two points per sweep (tests)
-    python experiments/bench_scaling.py --platform gpu --dtype bfloat16 --preset qwen2.5-0.5b --prompts 16
+    python experiments/bench/bench_scaling.py                   # all three sweeps on the tiny Qwen2 shape, f32
+    python experiments/bench/bench_scaling.py --sweep group     # one sweep
+    python experiments/bench/bench_scaling.py --smoke           # seconds: tiny model, two points per sweep (tests)
+    python experiments/bench/bench_scaling.py --platform gpu --dtype bfloat16 --preset qwen2.5-0.5b --prompts 16
 
 Work: `--prompts` prompts of 16 tokens, G completions of T tokens (EOS suppressed), one GRPO update (beta
 0.04, reference pass included) in microbatches of about `--tokens-per-microbatch` tokens (whole rows), so a
@@ -25,6 +25,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import models
+from grpo_jax import experience, perf, sampler, update
+from grpo_jax.config import TrainConfig, override
 
 SWEEPS = {
     "group": [{"group": g} for g in (4, 8, 16, 32)],
@@ -43,14 +52,6 @@ def _peak_bytes(compiled) -> int:
 def build(point: dict, args) -> tuple[dict, dict]:
     """One point of a sweep, compiled and ready: (its figures: shapes, FLOPs, planned memory; the two
     callables to time, {"rollout": ..., "update": ...})."""
-    import jax
-    import jax.numpy as jnp
-    import numpy as np
-
-    import models
-    from grpo_jax import experience, perf, sampler, update
-    from grpo_jax.config import TrainConfig, override
-
     g, n, width = point.get("group", 8), point.get("new_tokens", 128), point.get("width", 0)
     b, p = args.prompts, 16
     rows = b * g
@@ -106,10 +107,6 @@ def build(point: dict, args) -> tuple[dict, dict]:
 def measure(points: list[dict], args) -> list[dict]:
     """Every point of a sweep built first, then timed in alternating rounds (`perf.alternating_times`), so
     the ratios between points are not machine drift between minutes. Median seconds per part."""
-    import statistics
-
-    from grpo_jax import perf
-
     built = [build(point, args) for point in points]
     fns = {(i, part): fn for i, (_, parts) in enumerate(built) for part, fn in parts.items()}
     times = perf.alternating_times(fns, args.repeats)
@@ -153,11 +150,8 @@ def main(argv=None) -> dict:
     args = ap.parse_args(argv)
     if args.smoke:
         args.preset, args.repeats, args.prompts = "tiny", 1, 2
-    os.environ.setdefault("JAX_PLATFORMS", args.platform)
-    import jax
-
-    from grpo_jax import perf
-
+    if not os.environ.get("JAX_PLATFORMS"):  # JAX_PLATFORMS, when set, wins over --platform
+        jax.config.update("jax_platforms", args.platform)
     perf.tune_host_allocator()
     sweeps = list(SWEEPS) if args.sweep == "all" else [args.sweep]
     out = {}

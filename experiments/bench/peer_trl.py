@@ -1,7 +1,8 @@
 """TRL's GRPOTrainer on the benchmark work, timed per step: the peer figure `bench_train.py --trl` prints
-beside ours (issue 6/9 compare against it). Needs `pip install -e '.[peers]'` (trl, torch).
+beside ours (the step-time comparison of docs/measurements.md §1). Needs `pip install -e '.[peers]'` (trl,
+torch).
 
-    python experiments/peer_trl.py                 # on its own: 2 warm-up + 5 timed steps
+    python experiments/bench/peer_trl.py           # on its own: 2 warm-up + 5 timed steps
 
 Same work as bench_train: a tiny Qwen2 (vocab 512, hidden 256, MLP 688, 4 layers, 8/2 heads, tied, random
 init, seed 0, float32), 8 prompts x G=8 (per-device batch 64 completions), 16-token prompts, exactly 128
@@ -17,14 +18,18 @@ loss backward, optimizer), and the parts spent in `generate` and in the referenc
 
 from __future__ import annotations
 
+import os
 import statistics
 import tempfile
 import time
+
+import numpy as np
 
 
 def build_tokenizer(vocab_size: int):
     """A word-level fast tokenizer: ids 0, 1, 2 = <pad>, <eos>, <unk>, then "t3" .. "t{V-1}", one word per id
     (special names that no word contains: added tokens are matched inside words before splitting)."""
+    # here, not at the top: `run` sets HF_HUB_OFFLINE first, and huggingface_hub reads it once, on import
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
@@ -37,10 +42,8 @@ def build_tokenizer(vocab_size: int):
 def run(*, prompts: int = 8, group: int = 8, prompt_len: int = 16, new_tokens: int = 128, beta: float = 0.04,
         warmup: int = 2, repeats: int = 5, threads: int = 2) -> dict:
     """Median seconds per TRL GRPO step and its generate / reference-forward parts."""
-    import os
-
     os.environ["HF_HUB_OFFLINE"] = "1"  # everything is local; never reach for the hub
-    import numpy as np
+    # after HF_HUB_OFFLINE (huggingface_hub reads it on import); trl, torch, datasets: the optional `peers` extra
     import torch
     import transformers
     from datasets import Dataset

@@ -2,10 +2,10 @@
 roofline (FLOPs and minimum bytes counted from the shapes, against the matmul peak and copy bandwidth this
 script measures on the same device).
 
-    python experiments/profile_step.py                       # the benchmark work (bench_sampler / bench_train)
-    python experiments/profile_step.py --microbatches 8      # the update in 8 accumulated slices
-    python experiments/profile_step.py --trace /tmp/trace    # also a jax.profiler trace of one full step
-    python experiments/profile_step.py --preset qwen2.5-0.5b --dtype bfloat16 --platform gpu
+    python experiments/bench/profile_step.py                       # the benchmark work (bench_sampler / bench_train)
+    python experiments/bench/profile_step.py --microbatches 8      # the update in 8 accumulated slices
+    python experiments/bench/profile_step.py --trace /tmp/trace    # also a jax.profiler trace of one full step
+    python experiments/bench/profile_step.py --preset qwen2.5-0.5b --dtype bfloat16 --platform gpu
 
 Parts: prefill (B prompts), one decode step (B*G rows, model forward against the cache at its mean fill),
 sampling arithmetic per step (temperature, categorical draw, logprob and entropy over the vocabulary),
@@ -19,6 +19,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import models
+from grpo_jax import experience, perf, sampler, update
+from grpo_jax.config import TrainConfig, override
+from models.rope import rope_positions
 
 
 def main(argv=None) -> dict:
@@ -35,16 +44,8 @@ def main(argv=None) -> dict:
     ap.add_argument("--trace", default=None, help="directory for a jax.profiler trace of one full step")
     ap.add_argument("--out", default="runs/profile_step.json")
     args = ap.parse_args(argv)
-    os.environ.setdefault("JAX_PLATFORMS", args.platform)
-    import jax
-    import jax.numpy as jnp
-    import numpy as np
-
-    import models
-    from models.rope import rope_positions
-    from grpo_jax import experience, perf, sampler, update
-    from grpo_jax.config import TrainConfig, override
-
+    if not os.environ.get("JAX_PLATFORMS"):  # JAX_PLATFORMS, when set, wins over --platform
+        jax.config.update("jax_platforms", args.platform)
     perf.tune_host_allocator()
     b, g, p, n, reps = args.prompts, args.group, args.prompt_len, args.new_tokens, args.repeats
     rows = b * g

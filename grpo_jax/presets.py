@@ -1,0 +1,63 @@
+"""Named configs: the default experiment (3-digit addition, `experiments/arithmetic.py`) and what the studies
+built on it share (`experiments/reward_collapse.py`, `entropy_collapse.py`, `bf16_gap.py`).
+
+    from grpo_jax import presets
+    cfg = presets.arithmetic()                  # the default experiment's TrainConfig
+    cfg = presets.arithmetic(smoke=True)        # its seconds-long variant (what the tests run)
+    warm = presets.sft(smoke=False)             # its supervised warm start (a fresh dict: SFT or SFT_SMOKE)
+    cfg = presets.study(steps=200, eval_every=50)  # the default experiment as a study's arms start from it
+
+Each function returns a new config; change one with `grpo_jax.config.override(cfg, ["key=value", ...])`.
+"""
+
+from __future__ import annotations
+
+from grpo_jax.config import TrainConfig, override
+
+# The supervised warm start before GRPO: `grpo_jax.sft.warm_start` keywords, plus n_valid (the validation rows
+# it is stopped on). Stopped at 30% validation accuracy: a weak baseline that GRPO then improves
+# (docs/measurements.md §2).
+SFT = dict(target_accuracy=0.30, max_steps=3000, batch_size=128, lr=1e-3, eval_every=25, n_valid=300)
+SFT_SMOKE = dict(target_accuracy=0.30, max_steps=4, batch_size=16, lr=1e-3, eval_every=2, n_valid=16)
+
+
+def arithmetic(smoke: bool = False) -> TrainConfig:
+    """The default experiment: a from-scratch model (width 128, 2 layers) learns 3-digit addition with GRPO
+    after the warm start `SFT`; 32 prompts x G=8, temperature 1, lr 1e-4, beta 0, reward = correct + 0.1 x
+    format, DAPO dynamic sampling (64 prompts drawn per step, the 32 groups whose rewards differ used), 1,000
+    steps, 500 held-out problems (docs/measurements.md §2). smoke: seconds; 2 steps of 4 prompts x G=4 on a
+    width-32 one-layer model, 16 held-out problems."""
+    cfg = override(TrainConfig(), [
+        "steps=1000", "prompts_per_step=32", "sampling.group_size=8", "sampling.max_new_tokens=14",
+        "model.preset=tiny", "model.d_model=128", "model.n_layers=2", "model.n_heads=4", "model.n_kv_heads=4",
+        "model.head_dim=32", "model.mlp_dim=384", "optim.lr=1e-4", "loss.beta=0.0", "task.name=arithmetic",
+        "task.n_train=20000", "task.n_eval=500", "logging.eval_every=100", "checkpoint.every=100",
+        "dynamic.enabled=true", "dynamic.oversample=2.0", "dynamic.max_rounds=1",
+    ])
+    if smoke:
+        cfg = override(cfg, ["steps=2", "prompts_per_step=4", "sampling.group_size=4", "task.n_train=200",
+                             "task.n_eval=16", "logging.eval_every=1", "checkpoint.every=1", "model.d_model=32",
+                             "model.mlp_dim=64", "model.n_layers=1"])
+    return cfg
+
+
+def sft(smoke: bool = False) -> dict:
+    """The warm start's settings (a copy of SFT_SMOKE with smoke, else of SFT)."""
+    return dict(SFT_SMOKE if smoke else SFT)
+
+
+def study(smoke: bool = False, *, steps: int, eval_every: int, smoke_steps: int = 2) -> TrainConfig:
+    """`arithmetic(smoke)` as a study's arms run it: `steps` GRPO steps (`smoke_steps` with smoke), a held-out
+    evaluation every `eval_every` steps (every step with smoke), no checkpoints and no TensorBoard (a study
+    trains many runs and writes its own comparison plots)."""
+    return override(arithmetic(smoke), [
+        f"steps={smoke_steps if smoke else steps}", f"logging.eval_every={1 if smoke else eval_every}",
+        "checkpoint.every=0", "logging.tensorboard=false",
+    ])
+
+
+def collapse_study(smoke: bool = False, *, steps: int, eval_every: int, smoke_steps: int = 2) -> TrainConfig:
+    """`study(...)` for the collapse studies: the collapse alarms warn instead of pausing the run
+    (`monitor.collapse_action=warn`), since the collapse is what these studies measure."""
+    return override(study(smoke, steps=steps, eval_every=eval_every, smoke_steps=smoke_steps),
+                    ["monitor.collapse_action=warn"])
