@@ -118,7 +118,7 @@ def main(argv=None) -> dict:
     sft = {}
     if trainer.step == 0:
         params, sft = warm_start(trainer.actor, trainer.policy_params(), trainer.stream.rows, valid,
-                                 solution=trainer.task.solution, seed=cfg.seed,
+                                 solution=trainer.task.solutions, seed=cfg.seed,
                                  log=(lambda *_: None) if args.quiet else print, **sft_cfg)
         trainer.set_params(params)
         trainer.logger.event(0, "warm_start", **{k: v for k, v in sft.items() if k != "sft_curve"})

@@ -62,9 +62,10 @@ def summarize(rows: list[dict]) -> dict:
 
 
 def main(argv=None) -> dict:
-    args, cfg, out, arms, warm_seed, study = launch(argv, doc=__doc__, get_config=get_config, arms=ARMS,
-                                                    default_out="runs/bf16_gap", summarize=summarize,
-                                                    warm=presets.SFT, smoke_warm=presets.SFT_SMOKE)
+    run = launch(argv, doc=__doc__, get_config=get_config, arms=ARMS,
+                 default_out="runs/bf16_gap", summarize=summarize,
+                 warm=presets.SFT, smoke_warm=presets.SFT_SMOKE)
+    args, cfg, out, arms, warm_seed, study = run.args, run.cfg, run.out, run.arms, run.warm_seed, run.study
     study["settings"] = {"steps": cfg.steps, "param_dtype": cfg.model.param_dtype, "dtype": cfg.model.dtype,
                          "tis_cap": TIS_CAP}
     plots = [plot_curves(out, arms, "gap/abs_logp", "mean |log pi_trainer - log pi_sampler|", "gap_abs_logp",

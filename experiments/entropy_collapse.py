@@ -38,7 +38,7 @@ import numpy as np
 
 from grpo_jax import presets
 from grpo_jax.config import MonitorConfig, TrainConfig, override, to_dict
-from grpo_jax.study import Arm, last_mean, launch, plot_curves, warm_start_note, write_study
+from grpo_jax.study import Arm, compare_arms, last_mean, launch, plot_curves, warm_start_note, write_study
 
 # The history of each choice below (what was tried, on which seeds) is in docs/measurements.md §6-§11.
 LR = 5e-4  # 5x the default experiment's lr: with the dense 0/1 reward, what pushes `none` to collapse
@@ -162,10 +162,11 @@ def verdict(results: dict, measure: str = "entropy_p50") -> dict:
 
 
 def main(argv=None) -> dict:
-    args, cfg, out, arms, warm_seed, study = launch(argv, doc=__doc__, get_config=get_config, arms=ARMS,
-                                                    default_out="runs/entropy_collapse", summarize=summarize,
-                                                    warm=presets.SFT, smoke_warm=presets.SFT_SMOKE,
-                                                    extra_arms=EXTRA_ARMS)
+    run = launch(argv, doc=__doc__, get_config=get_config, arms=ARMS,
+                 default_out="runs/entropy_collapse", summarize=summarize,
+                 warm=presets.SFT, smoke_warm=presets.SFT_SMOKE,
+                 extra_arms=EXTRA_ARMS)
+    args, cfg, out, arms, warm_seed, study = run.args, run.cfg, run.out, run.arms, run.warm_seed, run.study
     study["verdict"] = verdict(study["results"])
     study["settings"] = {"lr": LR, "lr_lower_lr": LR_LOW, "lr_after_rollback": LR_LOW, "beta_higher_kl": BETA,
                          "top_entropy_quantile": TOP_ENTROPY,
@@ -191,7 +192,8 @@ def main(argv=None) -> dict:
               f"{v['pause_rollback']}. Holds: {v['holds']}.")
     write_study(out, study, title="Entropy collapse and its controls", columns=columns, plots=plots, notes=notes,
                 seed_columns=["accuracy_start", "accuracy_final", "accuracy_last", "entropy_ratio",
-                              "entropy_p50_ratio", "paused_at", "rolled_back_to"])
+                              "entropy_p50_ratio", "paused_at", "rolled_back_to"],
+                comparison=compare_arms(out, arms, study["seeds"], baseline="none"))
     print(open(os.path.join(out, "results.md")).read())
     return study
 

@@ -29,7 +29,7 @@ import numpy as np
 
 from grpo_jax import presets
 from grpo_jax.config import TrainConfig, override
-from grpo_jax.study import Arm, last_mean, launch, plot_curves, warm_start_note, write_study
+from grpo_jax.study import Arm, compare_arms, last_mean, launch, plot_curves, warm_start_note, write_study
 
 CORRECT_WEIGHT = 1.0
 EASY_WEIGHT = 4.0  # the easy dimension weighted high
@@ -117,9 +117,10 @@ def verdict(results: dict) -> dict:
 
 
 def main(argv=None) -> dict:
-    args, cfg, out, arms, warm_seed, study = launch(
+    run = launch(
         argv, doc=__doc__, get_config=get_config, arms=ARMS, smoke_arms=SMOKE_ARMS, default_out="runs/reward_collapse",
         summarize=summarize, warm=presets.SFT, smoke_warm=presets.SFT_SMOKE)
+    args, cfg, out, arms, warm_seed, study = run.args, run.cfg, run.out, run.arms, run.warm_seed, run.study
     study["verdict"] = verdict(study["results"])
     study["settings"] = {"correct_weight": CORRECT_WEIGHT, "easy_weight": EASY_WEIGHT, "temperature": TEMPERATURE,
                          "low_easy_weight": LOW_EASY_WEIGHT, "steps": cfg.steps}
@@ -142,7 +143,8 @@ def main(argv=None) -> dict:
               + f". Holds: {v['holds']}.")
     write_study(out, study, title="Reward collapse: sum-then-normalise and its fixes", columns=columns, plots=plots,
                 notes=notes, seed_columns=["accuracy_start", "accuracy_final", "accuracy_best", "format_rate_final",
-                                           "adv_corr_within_math", "adv_corr_within_format"])
+                                           "adv_corr_within_math", "adv_corr_within_format"],
+                comparison=compare_arms(out, arms, study["seeds"], baseline="grpo"))
     print(open(os.path.join(out, "results.md")).read())
     return study
 

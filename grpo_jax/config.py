@@ -543,8 +543,10 @@ class SamplingConfig:
     token_entropy_floor: float = 0.0  # per-token temperature: positions whose entropy is under this floor...
     token_boost: float = 1.5  # ... are sampled at min(temperature * token_boost, token_max_temperature)
     token_max_temperature: float = 2.0  # (floor 0 = off; logprobs are those of the distribution used)
+    key_offset: int = 0  # folded into each rollout key: other completions, same start, data and held-out rows (a null arm)
 
     def __post_init__(self):
+        _at_least(self, ("key_offset",), 0)
         if self.group_size < 2:
             _fail("SamplingConfig", "group_size", f"must be >= 2, got {self.group_size}: every advantage estimator "
                   "compares the completions of one prompt with each other, so with one per group every advantage "

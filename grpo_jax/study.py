@@ -2,7 +2,7 @@
 the bf16 gap study; `experiments/<study>.py` are their launchers).
 
     from grpo_jax import study
-    args, cfg, out, arms, warm_seed, results = study.launch(argv, doc=__doc__, get_config=get_config, arms=ARMS, ...)
+    run = study.launch(argv, doc=__doc__, get_config=get_config, arms=ARMS, ...)  # run.study: the results
 
 Per seed, one supervised warm start is shared by every arm (same starting policy, so arms differ only in
 what the arm changes), or with `warm_seed` one warm start is shared by every seed too (seeds then vary only
@@ -22,15 +22,17 @@ import shlex
 import subprocess
 import sys
 import time
+from typing import Any
 
 import flax.serialization
 import numpy as np
 from matplotlib.figure import Figure  # no pyplot: files only, and no global backend switch for the importer
 
 from grpo_jax.cli import parse_args
+from grpo_jax import stats
 from grpo_jax.config import TrainConfig, override, to_dict
 from grpo_jax.fileio import atomic_write, atomic_write_text
-from grpo_jax.provenance import package_versions, source_digest
+from grpo_jax.provenance import package_versions, result_provenance, source_digest
 from grpo_jax.runlog import read_jsonl
 from grpo_jax.sft import warm_start
 from grpo_jax.train import Trainer
@@ -102,11 +104,24 @@ def study_settings(args, cfg: TrainConfig, default_out: str, *, warm: dict, smok
     return out, seeds, dict(smoke_warm if args.smoke else warm), warm_seed
 
 
+@dataclasses.dataclass(frozen=True)
+class Launched:
+    """What `launch` did: the parsed command line, the base config, the output folder, the arms that ran,
+    the seed of the shared warm start and the study's results (`run_study`)."""
+
+    args: Any
+    cfg: TrainConfig
+    out: str
+    arms: dict
+    warm_seed: int
+    study: dict
+
+
 def launch(argv, *, doc: str, get_config, arms: dict, default_out: str, summarize, warm: dict, smoke_warm: dict,
-           smoke_arms: dict | None = None, extra_arms: dict | None = None):
+           smoke_arms: dict | None = None, extra_arms: dict | None = None) -> Launched:
     """What every study's main() starts with: parse the command line, pick the arms (`select_arms`; from
     `smoke_arms` with --smoke when given; `extra_arms` by name only), train
-    (or with --summarize-only collect) every arm and seed. Returns (args, cfg, out, arms, warm_seed, study).
+    (or with --summarize-only collect) every arm and seed.
 
     --jobs N re-runs the script that defines `get_config` (the launcher) in N process slots."""
     args, cfg = parse_args(argv, description=doc, get_config=get_config)
@@ -125,7 +140,7 @@ def launch(argv, *, doc: str, get_config, arms: dict, default_out: str, summariz
                       summarize_only=args.summarize_only or wall is not None, warm_seed=warm_seed)
     if wall is not None:
         study["wall_seconds"], study["jobs"] = wall, len(jobs)
-    return args, cfg, out, arms, warm_seed, study
+    return Launched(args=args, cfg=cfg, out=out, arms=arms, warm_seed=warm_seed, study=study)
 
 
 def job_splits(arms: dict, seeds: list[int], jobs: int) -> list[list[list[str]]]:
@@ -325,12 +340,77 @@ def kept_warm_start(cfg: TrainConfig, run_dir: str, n_valid: int, sft: dict):
         print(f"warm start: {meta_path} was made with other settings; training it again", flush=True)
     valid = warm.task.generate("valid", n_valid, cfg.seed)
     params, summary = warm_start(warm.actor, template, warm.stream.rows, valid,
-                                 solution=warm.task.solution, seed=cfg.seed, log=(lambda *_: None), **sft)
+                                 solution=warm.task.solutions, seed=cfg.seed, log=(lambda *_: None), **sft)
     warm.logger.close()
     blob = flax.serialization.to_bytes(params)
     atomic_write(blob_path, lambda f: f.write(blob))  # the blob first: a json without it is never read
     atomic_write_text(meta_path, json.dumps({"made_by": made_by, "summary": summary}, indent=1, default=float))
     return params, summary
+
+
+# ---- paired statistics between arms: per-problem results of the final evaluation (problems.jsonl) -------------
+
+PER_PROBLEM = {"greedy": "greedy accuracy", "t1": "pass@1 at T = 1"}
+
+
+def problem_scores(run_dir: str, metric: str) -> np.ndarray | None:
+    """[P] per-problem score of a run's final evaluation: "greedy" (0/1 correct) or "t1" (the fraction of the
+    k samples at T = 1 that are correct); None when the run logged no such evaluation."""
+    path = os.path.join(run_dir, "problems.jsonl")
+    rows = [r for r in read_jsonl(path) if metric == "greedy" or "t1_correct" in r] if os.path.exists(path) else []
+    if not rows:
+        return None
+    last = rows[-1]
+    return (np.asarray(last["greedy_correct"], float) if metric == "greedy"
+            else np.asarray(last["t1_correct"], float) / last["samples"])
+
+
+def arm_scores(out: str, arm: str, seeds, metric: str) -> np.ndarray | None:
+    """[S, P] `problem_scores` of one arm over the seeds (paired by seed index with every other arm: seed s of
+    each arm evaluates the same held-out problems); None when a seed has none."""
+    scores = [problem_scores(os.path.join(out, arm, f"seed{s}"), metric) for s in seeds]
+    return None if any(x is None for x in scores) else np.stack(scores)
+
+
+def compare_arms(out: str, arms, seeds, *, baseline: str, null: str | None = None, metric: str = "greedy",
+                 n_boot: int = 10_000) -> dict:
+    """Each arm against `baseline` on the per-problem `metric` of the final evaluation: the paired bootstrap 95%
+    CI of the difference over seeds and problems (`stats.paired_bootstrap_ci`), McNemar per seed (greedy only)
+    and, with a `null` arm (the baseline with only its rollout key changed: `sampling.key_offset`), the noise
+    floor it calibrates and each arm's verdict (`stats.verdict`: a win must clear the floor). {} when the
+    baseline has no per-problem results."""
+    base = arm_scores(out, baseline, seeds, metric)
+    if base is None:
+        return {}
+    null_scores = arm_scores(out, null, seeds, metric) if null else None
+    floor = stats.noise_floor(base, null_scores, n_boot=n_boot) if null_scores is not None else None
+    result = {"baseline": baseline, "metric": metric, "seeds": list(seeds), "noise_floor": floor, "arms": {}}
+    for arm in arms:
+        scores = arm_scores(out, arm, seeds, metric)
+        if arm == baseline or scores is None:
+            continue
+        ci = stats.paired_bootstrap_ci(base, scores, n_boot=n_boot)
+        entry = {"diff": ci, "verdict": stats.verdict(ci, floor) if floor else None}
+        if metric == "greedy":
+            entry["mcnemar"] = [stats.mcnemar(a > 0.5, b > 0.5) for a, b in zip(base, scores)]
+        result["arms"][arm] = entry
+    return result
+
+
+def comparison_table(comparison: dict) -> str:
+    """Markdown: each arm's difference to the baseline in points with its 95% CI, McNemar p per seed and the
+    verdict against the noise floor."""
+    if not comparison:
+        return "No per-problem results (problems.jsonl) to compare."
+    floor = comparison["noise_floor"]
+    head = (f"{PER_PROBLEM[comparison['metric']]}, arm - {comparison['baseline']}, points, paired bootstrap 95% CI "
+            f"over {len(comparison['seeds'])} seeds x held-out problems")
+    lines = [head + (f"; noise floor (null arm) {100 * floor['floor']:.1f} points" if floor else "; no null arm"),
+             "", "| arm | difference [95% CI] | McNemar p per seed | verdict |", "|---|---|---|---|"]
+    for arm, e in comparison["arms"].items():
+        p = ", ".join(f"{m['p_value']:.3g}" for m in e.get("mcnemar", [])) or "-"
+        lines.append(f"| {arm} | {stats.format_ci(e['diff'])} | {p} | {e['verdict'] or 'no floor'} |")
+    return "\n".join(lines)
 
 
 def last_mean(rows: list[dict], key: str, n: int = 20) -> float:
@@ -406,10 +486,15 @@ def seed_table(results: dict, columns: list[str]) -> str:
 
 
 def write_study(out: str, study: dict, *, title: str, columns: list[str], plots: list[str], notes: str,
-                seed_columns: list[str] = ()) -> None:
+                seed_columns: list[str] = (), comparison: dict | None = None) -> None:
     """results.md (notes, mean +- std over seeds per arm, the per-seed figures of `seed_columns`, plots)
-    and results.json."""
+    and results.json, which carries the provenance of the process writing it (commit and dirty state,
+    source digest, packages, command, machine: `provenance.result_provenance`)."""
+    study = {**study, "provenance": result_provenance()}
     md = [f"# {title}", "", notes, "", table(study["results"], columns), ""]
+    if comparison is not None:
+        study["comparison"] = comparison
+        md += [comparison_table(comparison), ""]
     if seed_columns:
         md += ["Per seed:", "", seed_table(study["results"], list(seed_columns)), ""]
     md += [f"![{os.path.basename(p)}](plots/{os.path.basename(p)})" for p in plots]

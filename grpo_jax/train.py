@@ -206,6 +206,8 @@ class Trainer:
         """One GRPO step."""
         cfg, step, dims = self.cfg, self.step, self.actor.dims
         k_sample, k_update = jax.random.split(jax.random.fold_in(self.run_key, step))
+        if cfg.sampling.key_offset:  # a null arm: only the rollouts' randomness changes (0 keeps the key as it was)
+            k_sample = jax.random.fold_in(k_sample, cfg.sampling.key_offset)
         change = self.reward_weights.maybe_reload(
             step, on_reject=lambda info: self.logger.event(step, "reward_weights_rejected", **_without_step(info)))
         if change:
@@ -250,8 +252,9 @@ class Trainer:
         ev = evaluation.evaluate_problems(self.actor, self.policy_params(), rows,
                                           samples=self.cfg.logging.eval_samples if sampled else 0)
         if rows is self.eval_rows and len(rows):
-            self.logger.log_problems(self.step, ev.per_problem() if sampled else
-                                     {"greedy_correct": ev.per_problem()["greedy_correct"]})
+            per_problem = ev.per_problem()
+            self.logger.log_problems(self.step, {**per_problem, "samples": ev.sampled.shape[1]} if sampled else
+                                     {"greedy_correct": per_problem["greedy_correct"]})
         return ev.metrics()
 
     def _sampled_eval_due(self, step: int) -> bool:

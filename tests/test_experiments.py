@@ -139,6 +139,12 @@ def test_reward_collapse_smoke(tmp_path):
               "distinct_adv_per_group"] + [f"adv_corr_{d}" for d in dims]
     study = _study_smoke("reward_collapse.py", tmp_path, fields, arms="grpo,gdpo,hot_reload,cispo")
     assert set(study["results"]) == {"grpo", "gdpo", "hot_reload", "cispo"}  # cispo: an objective arm
+    # results.json says where its figures came from, and compares every arm with grpo per held-out problem
+    assert {"git", "source_digest", "packages", "command", "machine"} <= set(study["provenance"])
+    assert "reward_collapse.py" in study["provenance"]["command"]
+    gdpo = study["comparison"]["arms"]["gdpo"]
+    assert gdpo["diff"]["low"] <= gdpo["diff"]["diff"] <= gdpo["diff"]["high"] and len(gdpo["mcnemar"]) == 1
+    assert "paired bootstrap 95% CI" in (tmp_path / "results.md").read_text()
     config = json.loads((tmp_path / "cispo" / "seed0" / "config.json").read_text())
     assert config["loss"]["policy_loss"] == "cispo" and config["advantage"]["estimator"] == "grpo"
     # the hot reload rewrote the weights file mid-run and the trainer picked it up at the next step

@@ -73,6 +73,10 @@ class ArithmeticTask:
         """n distinct problems of `split` ("train", "valid", "heldout"), reproducible from `seed`."""
         return draw_distinct(split, n, seed, self._propose, lambda ab: self.make_row(*ab))
 
+    def solutions(self, row: Row) -> list[str]:
+        """The one ideal completion (`solution`): this task has a single solution path."""
+        return [self.solution(row)]
+
     def solution(self, row: Row) -> str:
         """The ideal completion text (the caller appends the tokenizer's EOS id)."""
         return formatted(OPS[row.get("op", self.op)][0], str(row["answer"]))

@@ -45,6 +45,10 @@ class JsonlTask:
                                                         "(e.g. arithmetic), or rows read from files")
                          + f" (rows of the formats {', '.join(self.formats)})")
 
+    def solutions(self, row: Row) -> list[str]:
+        """The one ideal completion (`solution`): this task has a single solution path."""
+        return [self.solution(row)]
+
     def solution(self, row: Row) -> str:
         if "solution" not in row:
             raise KeyError("row has no 'solution' field: the supervised warm start needs worked solutions")

@@ -63,6 +63,10 @@ class TranslationTask:
         """n distinct sentences of `split` ("train", "valid", "heldout"), reproducible from `seed`."""
         return draw_distinct(split, n, seed, self._propose, self.make_row)
 
+    def solutions(self, row: Row) -> list[str]:
+        """The one ideal completion (`solution`): this task has a single solution path."""
+        return [self.solution(row)]
+
     def solution(self, row: Row) -> str:
         """Ideal completion: the thought counts the words (e.g. "3 words"), the answer is the reference."""
         n_words = len(row["answer"].split())

@@ -1,0 +1,57 @@
+"""The study framework's paired comparisons: per-problem results of each run's final evaluation, the CI of
+each arm against the baseline, McNemar per seed, the noise floor of a null arm; and the null arm's knob."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from grpo_jax import study, train
+from grpo_jax.runlog import RunLogger
+from tests.test_train import tiny_config
+
+
+def _write(out, arm, seed, greedy, t1=None, k=4):
+    problems = {"greedy_correct": greedy} if t1 is None else {"greedy_correct": greedy, "t1_correct": t1, "samples": k}
+    with RunLogger(os.path.join(out, arm, f"seed{seed}"), tensorboard=False, progress=False) as log:
+        log.log_problems(0, {"greedy_correct": [0] * len(greedy)})  # an earlier evaluation: not the one compared
+        log.log_problems(10, problems)
+
+
+def test_compare_arms_on_hand_written_problem_results(tmp_path):
+    out = str(tmp_path)
+    n = 200
+    base = np.zeros(n, int)
+    base[:100] = 1  # baseline 50% on both seeds
+    better = base.copy()
+    better[100:160] = 1  # +60 problems: +30 points, a discordant count of 60 against 0
+    null = base.copy()
+    null[[0, 100]] = [0, 1]  # one problem each way: the null arm differs by noise only
+    for seed in (0, 1):
+        _write(out, "base", seed, base.tolist(), t1=(base * 4).tolist())
+        _write(out, "better", seed, better.tolist(), t1=(better * 2).tolist())
+        _write(out, "null", seed, null.tolist(), t1=(null * 4).tolist())
+    cmp = study.compare_arms(out, ["base", "better", "null"], [0, 1], baseline="base", null="null", n_boot=2000)
+    e = cmp["arms"]["better"]
+    assert e["diff"]["diff"] == 0.3 and e["diff"]["low"] > 0.2 and e["verdict"] == "win"
+    assert [m["b01"] for m in e["mcnemar"]] == [60, 60] and all(m["p_value"] < 1e-15 for m in e["mcnemar"])
+    assert cmp["arms"]["null"]["verdict"] == "inside noise" and cmp["noise_floor"]["floor"] < 0.02
+    # pass@1 at T = 1 from the counts: better's correct problems have 2 of 4 samples right (0.5 instead of 1)
+    t1 = study.compare_arms(out, ["base", "better"], [0, 1], baseline="base", metric="t1", n_boot=500)
+    assert abs(t1["arms"]["better"]["diff"]["diff"] - (160 * 0.5 - 100) / n) < 1e-12
+    table = study.comparison_table(cmp)
+    assert "| better | +30.0 [" in table and "noise floor (null arm)" in table
+    assert study.compare_arms(out, ["base"], [0, 1], baseline="missing") == {}
+
+
+def test_a_null_arm_changes_only_the_rollouts_randomness(tmp_path):
+    """sampling.key_offset: the same start, data and held-out problems, other completions."""
+    runs = [train.Trainer(tiny_config("steps=1", *extra), str(tmp_path / str(i)), quiet=True)
+            for i, extra in enumerate([(), ("sampling.key_offset=1",)])]
+    assert runs[0].eval_rows == runs[1].eval_rows
+    np.testing.assert_array_equal(np.asarray(runs[0].state.params["embed"]), np.asarray(runs[1].state.params["embed"]))
+    rows = [r.next_rows(4) for r in runs]
+    assert rows[0] == rows[1]
+    outs = [r.step_once().experience for r in runs]
+    assert not np.array_equal(np.asarray(outs[0].rollout.tokens), np.asarray(outs[1].rollout.tokens))
