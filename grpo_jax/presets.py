@@ -6,6 +6,7 @@ built on it share (`experiments/reward_collapse.py`, `entropy_collapse.py`, `bf1
     cfg = presets.arithmetic(smoke=True)        # its seconds-long variant (what the tests run)
     warm = presets.sft(smoke=False)             # its supervised warm start (a fresh dict: SFT or SFT_SMOKE)
     cfg = presets.study(steps=200, eval_every=50)  # the default experiment as a study's arms start from it
+    cfg = presets.countdown()                   # Countdown: several solution paths per problem
 
 Each function returns a new config; change one with `grpo_jax.config.override(cfg, ["key=value", ...])`.
 """
@@ -61,3 +62,31 @@ def collapse_study(smoke: bool = False, *, steps: int, eval_every: int, smoke_st
     (`monitor.collapse_action=warn`), since the collapse is what these studies measure."""
     return override(study(smoke, steps=steps, eval_every=eval_every, smoke_steps=smoke_steps),
                     ["monitor.collapse_action=warn"])
+
+
+# Countdown's warm start: stopped on greedy validation accuracy like the default experiment's, on solver traces
+# drawn at random among each problem's solutions (so the starting policy spreads over them).
+COUNTDOWN_SFT = dict(target_accuracy=0.30, max_steps=4000, batch_size=128, lr=1e-3, eval_every=50, n_valid=300)
+COUNTDOWN_SFT_SMOKE = dict(target_accuracy=0.30, max_steps=4, batch_size=16, lr=1e-3, eval_every=2, n_valid=16)
+
+
+def countdown(smoke: bool = False) -> TrainConfig:
+    """Countdown (`grpo_jax.tasks.countdown`: 4 numbers in 1..15, a target in 1..100, 13.6 distinct solutions
+    per problem on average): the default experiment's model and GRPO settings with room for the ~41-token
+    completions (56 new tokens), 2,000 held-out problems, and an evaluation that sees both collapses: 16
+    samples at T = 1 per held-out problem (pass@1..16, distinct correct solutions) at the start and the end.
+    smoke: seconds, as `arithmetic(smoke=True)`."""
+    cfg = override(arithmetic(), [
+        "task.name=countdown", "sampling.max_new_tokens=56", "task.n_eval=2000", "logging.eval_samples=16",
+        "steps=600", "logging.eval_every=100",
+    ])
+    if smoke:
+        cfg = override(cfg, ["steps=2", "prompts_per_step=4", "sampling.group_size=4", "task.n_train=200",
+                             "task.n_eval=8", "logging.eval_every=1", "logging.eval_samples=4", "checkpoint.every=1",
+                             "model.d_model=32", "model.mlp_dim=64", "model.n_layers=1"])
+    return cfg
+
+
+def countdown_sft(smoke: bool = False) -> dict:
+    """Countdown's warm-start settings (a copy of COUNTDOWN_SFT_SMOKE with smoke, else of COUNTDOWN_SFT)."""
+    return dict(COUNTDOWN_SFT_SMOKE if smoke else COUNTDOWN_SFT)

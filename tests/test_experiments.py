@@ -260,3 +260,21 @@ def test_trl_peer_tokenizer_is_one_word_one_id():
     words = [3, 10, 17, 100, 123, 511]
     assert tok(" ".join(f"t{i}" for i in words), add_special_tokens=False)["input_ids"] == words
     assert (tok.pad_token_id, tok.eos_token_id) == (0, 1)
+
+
+def test_countdown_smoke_reports_both_collapses_instruments(tmp_path):
+    """The Countdown launcher end to end at smoke scale: the report carries the sampled evaluation (pass@1 and
+    pass@k at T = 1, distinct correct solutions) at the start and the end, the reasoning tokens' own entropy,
+    the targets and the provenance; the plots include entropy by kind of token and pass@k."""
+    out = subprocess.run([sys.executable, "experiments/countdown.py", "--smoke", "--quiet", "--out", str(tmp_path)],
+                         cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    report = json.loads((tmp_path / "report.json").read_text())
+    k = report["eval_samples"]
+    assert k == 4 and report["steps"] == 2 and report["provenance"]["command"].endswith("--out " + str(tmp_path))
+    for when in ("sft", "final"):
+        assert 0 <= report[f"pass1_t1_{when}"] <= report[f"pass{k}_t1_{when}"] <= 1
+        assert report[f"distinct_correct_{when}"] >= 0 and report[f"satisfied_all_{when}"] >= 0
+    assert report["reasoning_entropy_first"] is not None
+    assert {"entropy_by_kind.png", "pass_at_k.png"} <= set(os.listdir(tmp_path / "plots"))
+    assert "warm start pass@1 at T = 1" in (tmp_path / "report.md").read_text()
