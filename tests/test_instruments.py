@@ -141,3 +141,16 @@ def test_a_real_run_logs_every_instrument_as_numpy_recomputes_it(tmp_path):
     prov = json.loads(open(js).read())["provenance"]  # what reruns and traces the figures
     assert {"git", "source_digest", "packages", "command", "machine"} <= set(prov)
     assert prov["machine"]["cores"] >= 1 and len(prov["source_digest"]) == 64 and prov["packages"]["jax"]
+
+
+def test_an_alarm_can_watch_the_reasoning_tokens_own_entropy():
+    """A rule on entropy_t1/reasoning/mean fires when the reasoning entropy falls under a tenth of its first
+    value, while the overall mean (held up by other tokens) would not."""
+    from grpo_jax.config import AlarmRule, MonitorConfig
+    from grpo_jax.monitor import Monitor
+
+    rule = AlarmRule(metric="entropy_t1/reasoning/mean", kind="below_first_frac", threshold=0.1, name="reasoning")
+    mon = Monitor(MonitorConfig(rules=(rule,)))
+    fired = [mon.observe(s, {"entropy_t1/reasoning/mean": h, "entropy_t1/mean": 1.0})
+             for s, h in enumerate([1.0, 0.5, 0.2, 0.05])]
+    assert [len(a) for a in fired] == [0, 0, 0, 1] and fired[-1][0].rule.name == "reasoning"
