@@ -1,6 +1,6 @@
-"""Countdown: a from-scratch model learns to combine 4 numbers into a target, a task with several solution
-paths (13.6 distinct solver traces per problem on average), supervised on traces drawn at random among each
-problem's solutions, then improved by GRPO with correctness + format rewards. 2 CPU cores, no network.
+"""Countdown: a from-scratch model learns to combine 3 numbers into a target, a task with several solution
+paths, supervised on solver traces drawn at random among each problem's solutions, then improved by GRPO
+with correctness + format rewards. 2 CPU cores, no network.
 
     python experiments/countdown.py                           # writes runs/countdown/report.md
     python experiments/countdown.py --seed 1 --out runs/countdown-s1
