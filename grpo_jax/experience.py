@@ -1,6 +1,6 @@
 """The host side of one GRPO step: data rows -> scored group rollouts -> advantages -> the update's Batch.
 
-Read one step top to bottom here, then `train.py` (the pure jitted update) and `losses.py`:
+Read one step top to bottom here, then `update.py` (the pure jitted update) and `losses.py`:
 
     exp, dyn = collect(actor, params, draw, key, n_prompts=B, weights=w_K, dynamic=cfg.dynamic,
                        advantage=cfg.advantage, temperature=t)
@@ -8,9 +8,10 @@ Read one step top to bottom here, then `train.py` (the pure jitted update) and `
     batch = make_batch(exp, adv_BxG, mesh)                  # -> train_step(state, batch, key, entropy_coef)
 
 `Experience` is the one record a step passes along: the data rows, the `Rollout` (which carries its
-prompts, left-aligned once by the sampler), the reward matrix R[B, G, K], the weighted totals
-sum_k w_k R[..., k] (computed once per round by `advantages.weighted_total` and reused by the diagnostics)
-and the decoded completions. Nothing here passes tuples by position.
+prompts, left-aligned once by the sampler), the reward matrix R[B, G, K] (never pre-summed: the weights
+meet the rewards once, inside the advantage estimator, which returns the weighted totals the diagnostics
+read), the decoded completions with their reward reasons, and each token's kind (reasoning, answer,
+other). Nothing here passes tuples by position.
 """
 
 from __future__ import annotations
