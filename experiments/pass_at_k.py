@@ -45,7 +45,7 @@ SAMPLE_KEY = 1234  # the sampling key of every pass@k evaluation (the same draws
 def sample_scores(actor, params, rows, *, k: int, prompts_per_batch: int = 32) -> dict:
     """k completions at temperature 1 per row: pass@1 (mean of the k), pass@k (any right) and the mean number
     of distinct completion texts per row. A row is right when its primary reward is 1, as in the greedy
-    evaluation (`experience.evaluate`)."""
+    evaluation (`evaluation.evaluate`)."""
     right, distinct = [], []
     for start in range(0, len(rows), prompts_per_batch):
         chunk = rows[start:start + prompts_per_batch]

@@ -17,7 +17,7 @@ import pytest
 import transformers
 
 import models
-from grpo_jax import export, train
+from grpo_jax import build, export, train, update
 from grpo_jax.runlog import read_jsonl
 from grpo_jax.tokenizer import CharTokenizer, HFTokenizer
 from models.rope import text_positions
@@ -99,10 +99,10 @@ def test_step_option_exports_that_checkpoint(run, tmp_path):
 
 
 def test_lora_hook_is_what_gets_written(run, tmp_path, monkeypatch):
-    """Both paths write policy_params_for_export(cfg, model_cfg, state): the one place LoRA merges adapters
+    """Both paths write update.policy_params(model_cfg, cfg, state): the one place LoRA merges adapters
     (tests/test_lora.py exports a LoRA run)."""
-    monkeypatch.setattr(export, "policy_params_for_export",
-                        lambda cfg, model_cfg, state: {**state.params, "final_norm": state.params["final_norm"] + 1.0})
+    monkeypatch.setattr(update, "policy_params",
+                        lambda model_cfg, cfg, state: {**state.params, "final_norm": state.params["final_norm"] + 1.0})
     export.main([run.out_dir, str(tmp_path / "cli")])
     _, params = models.load_hf(str(tmp_path / "cli"))
     np.testing.assert_array_equal(params["final_norm"], np.asarray(run.state.params["final_norm"]) + 1.0)
@@ -162,7 +162,7 @@ def test_models_save_hf_refuses_are_refused_naming_where():
 
 def test_trainer_refuses_export_hf_for_a_model_save_hf_refuses(monkeypatch, tmp_path):
     """Refused when the run starts, not after its last step."""
-    monkeypatch.setattr(train, "preset_config", lambda spec, vocab: models.tiny(vocab_size=vocab, rope_kind="rope2d"))
+    monkeypatch.setattr(build, "preset_config", lambda spec, vocab: models.tiny(vocab_size=vocab, rope_kind="rope2d"))
     with pytest.raises(export.ExportError, match="checkpoint.export_hf=true: the policy cannot be written"):
         train.Trainer(signal_config("checkpoint.export_hf=true"), str(tmp_path / "r"), quiet=True)
 
