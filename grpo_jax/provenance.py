@@ -23,6 +23,7 @@ the earlier ones move into `previous_starts` (oldest first), so no record is los
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.metadata
 import json
@@ -101,13 +102,14 @@ def machine() -> dict[str, Any]:
     return {"cpu": cpu, "cores": cores, "platform": platform.platform()}
 
 
-def result_provenance(command: Sequence[str] | None = None) -> dict[str, Any]:
+@functools.cache
+def result_provenance() -> dict[str, Any]:
     """What a results.json or report.json carries so its figures can be traced and rerun: the git commit
     and dirty state, a sha256 of grpo_jax's sources (which a dirty checkout's commit does not pin), package
-    versions, the exact command (default: this process's, `python` + argv) and the machine."""
-    argv = list(command) if command is not None else ["python", *sys.argv]
+    versions, this process's command (`python` + argv) and the machine. Read once per process, at the first
+    call (the Trainer makes it when it starts): a commit made while a run trains is not the code it ran."""
     return {"git": git_state(), "source_digest": source_digest(), "packages": package_versions(),
-            "command": shlex.join(argv), "machine": machine(),
+            "command": shlex.join(["python", *sys.argv]), "machine": machine(),
             "recorded_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
 
 

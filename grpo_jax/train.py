@@ -59,6 +59,7 @@ class Trainer:
     def __init__(self, cfg: TrainConfig, out_dir: str, *, resume: bool = False, quiet: bool = False,
                  rollback_to: int | None = None):
         tune_host_allocator()  # process-wide, idempotent: XLA:CPU's big buffers reused, not re-faulted
+        provenance.result_provenance()  # read now, at the start: the report carries the code that ran
         self.cfg, self.out_dir = cfg, out_dir
         sharding.initialize_distributed(cfg.mesh)
         self.mesh = sharding.make_mesh(cfg.mesh)
