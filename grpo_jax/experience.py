@@ -118,9 +118,10 @@ def rollout(actor: Actor, params, rows: Sequence[Row], key: jax.Array, *, group_
 
 def score(actor: Actor, rows: Sequence[Row], ro: sampler.Rollout) -> Experience:
     """The rollout scored: R [B, G, K], the decoded completions [B*G] and each completion's reward reasons
-    [B*G] {dimension: info["reason"]}, as an Experience. Each process scores the groups that live on its devices (`sharding.process_rows` of
-    the rollout mesh) and R and the reasons are gathered after, so an expensive reward (sandboxed code) is
-    not run by every host on every row; the completions are decoded on every host."""
+    [B*G] {dimension: info["reason"]}, as an Experience. Each process scores the groups that live on its
+    devices (`sharding.process_rows` of the rollout mesh) and R and the reasons are gathered after, so an
+    expensive reward (sandboxed code) is not run by every host on every row; the completions are decoded on
+    every host."""
     toks, lengths = sharding.to_host(ro.tokens), sharding.to_host(ro.lengths)
     b, g, _ = toks.shape
     texts = [actor.tokenizer.decode(toks[i, j, : lengths[i, j]]) for i in range(b) for j in range(g)]

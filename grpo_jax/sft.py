@@ -51,8 +51,8 @@ def warm_start(actor: experience.Actor, params, rows, valid_rows, *, solution, t
     """Supervise `params` on `solution(row)` for random training rows until greedy validation accuracy >=
     target (or max_steps). `solution(row)` is the completion text, or a list of every valid one (a task
     with several solution paths), of which each draw supervises one at random, so the warm-started policy
-    spreads over the solutions instead of learning one template. Returns (the new params, a summary with the accuracy curve); install them with
-    `Trainer.set_params`. `params` are donated: do not reuse them."""
+    spreads over the solutions instead of learning one template. Returns (the new params, a summary with
+    the accuracy curve); install them with `Trainer.set_params`. `params` are donated: do not reuse them."""
     n = actor.sampling.max_new_tokens
     optimizer = optax.adamw(lr)
     opt_state = optimizer.init(params)

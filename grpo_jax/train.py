@@ -276,7 +276,8 @@ class Trainer:
             if (eval_every and step % eval_every == 0) or last:
                 metrics.update(self.evaluate(sampled=self._sampled_eval_due(step)))
             self.logger.log(step, metrics, timings=out.timings, histograms=out.histograms)
-            self.logger.log_samples(step, experience.logged_samples(out.experience, self.actor.dims, cfg.logging.samples_per_step))
+            samples = experience.logged_samples(out.experience, self.actor.dims, cfg.logging.samples_per_step)
+            self.logger.log_samples(step, samples)
             alarms = self.monitor.observe(step, metrics)
             paused = monitor.should_pause(alarms)
             if (ckpt_every and step % ckpt_every == 0) or last or paused:
