@@ -231,13 +231,26 @@ def test_defaults_have_several_paths_and_short_completions():
     assert np.mean([len(tok.encode(task.solution(r))) + 1 for r in rows]) <= 44  # with EOS
 
 
+def test_min_solutions_drops_problems_and_keeps_the_stream():
+    """min_solutions filters candidates before the split and distinctness checks and draws nothing extra, so
+    the filtered problems are, in order, the unfiltered ones that have at least that many solutions."""
+    plain = CountdownTask(n_numbers=3, max_number=50)
+    every = plain.generate("train", 400, seed=3)
+    assert min(r["n_solutions"] for r in every) == 1  # the filter has something to drop
+    kept = [r for r in every if r["n_solutions"] >= 2]
+    filtered = CountdownTask(n_numbers=3, max_number=50, min_solutions=2).generate("train", len(kept), seed=3)
+    assert [r["prompt"] for r in filtered] == [r["prompt"] for r in kept]
+    assert all(r["n_solutions"] == count_solutions(r["numbers"], r["target"]) >= 2 for r in filtered)
+
+
 def test_prompt_format_options_and_errors():
     task = CountdownTask(n_numbers=3, max_number=9, max_target=50)
     assert task.make_row([8, 3, 5], 23) == {"prompt": "3 5 8:23=", "numbers": [3, 5, 8], "target": 23,
                                             "task": "countdown", "n_solutions": 1}
     assert task.solution(task.make_row([8, 3, 5], 23)) == "<think>5*3=15, 15+8=23</think><answer>(5*3)+8</answer>"
     assert len(get_task("countdown", n_numbers=3).generate("train", 5, seed=0)[0]["numbers"]) == 3
-    for bad in ({"n_numbers": 5}, {"n_numbers": 1}, {"max_number": 0}, {"max_target": True}, {"max_number": 2.5}):
+    for bad in ({"n_numbers": 5}, {"n_numbers": 1}, {"max_number": 0}, {"max_target": True}, {"max_number": 2.5},
+                {"min_solutions": 0}):
         with pytest.raises(ValueError, match="CountdownTask"):
             CountdownTask(**bad)
     with pytest.raises(ValueError, match="no solution"):

@@ -42,7 +42,10 @@ completion tokens, problem space):
     4, 13, 100: 11.6,  6%, 22.9, 40.1, 88,377 (held-out draws of 3,000 fail)
     4, 20, 100: 14.8,  4%, 24.1, 42.2, 384,004
 Three numbers cannot reach 3 solutions on average: their paths are mostly the three groupings of
-a+b+c or a*b*c, and smaller numbers (more coincidences) leave too few held-out problems.
+a+b+c or a*b*c, and smaller numbers (more coincidences) leave too few held-out problems. With
+min_solutions=2 the one-path problems (14% at 3, 50, 100) are redrawn, so every problem offers a choice:
+    3, 50, 100, min_solutions 2:  mean 3.11 (min 2, median 3, max 10; 6.8% with exactly two),
+    think tokens 16.8 / 16.9, completion 31.3 (at most 37) tokens, ~86% of the 3, 50, 100 space
 
     task = CountdownTask(); tok = task.tokenizer(); rows = task.generate("heldout", 2000, seed=0)
     counts = np.array([r["n_solutions"] for r in rows]); rng = np.random.default_rng(0)
@@ -223,13 +226,15 @@ class CountdownTask:
     n_numbers: int = 4  # 3 numbers give < 3 solutions on average (module docstring)
     max_number: int = 15  # numbers in [1, max_number]; 13 leaves too few held-out problems
     max_target: int = 100  # targets in [1, max_target]
+    min_solutions: int = 1  # problems with fewer distinct solutions are redrawn (2: every problem has a choice)
     name: str = "countdown"
     required_fields: tuple[str, ...] = ("prompt", "numbers", "target")
 
     def __post_init__(self) -> None:
         # n_numbers <= 4: the solver enumerates every trace of every generated problem, ~1000 with 4
         # numbers, ~100 times more with 5
-        for field, lo, hi in (("n_numbers", 2, 4), ("max_number", 1, 999), ("max_target", 1, 999_999)):
+        for field, lo, hi in (("n_numbers", 2, 4), ("max_number", 1, 999), ("max_target", 1, 999_999),
+                              ("min_solutions", 1, 1000)):
             value = getattr(self, field)
             if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
                 raise ValueError(f"CountdownTask.{field} must be an int in [{lo}, {hi}], got {value!r}")
@@ -241,15 +246,17 @@ class CountdownTask:
                 "n_solutions": count_solutions(numbers, target)}
 
     def _propose(self, rng: np.random.Generator, size: int) -> list[tuple[str, tuple[list[int], int]]]:
-        """Candidate problems: drawn numbers and the value of the first random trace in target range."""
+        """Candidate problems: drawn numbers and the value of the first random trace in target range, kept
+        when the solver finds at least `min_solutions` solutions (the RNG stream does not depend on it)."""
         numbers = rng.integers(1, self.max_number + 1, size=(size, self.n_numbers)).tolist()
         uniforms = rng.random((size, TARGET_TRIES, 2 * (self.n_numbers - 1)))
         out = []
         for nums, tries in zip(numbers, uniforms):
             targets = (random_trace_value(nums, u) for u in tries)
             target = next((t for t in targets if 1 <= t <= self.max_target), None)
-            if target is not None:
-                out.append((prompt_of(nums, target), (nums, target)))
+            if target is None or (self.min_solutions > 1 and count_solutions(nums, target) < self.min_solutions):
+                continue
+            out.append((prompt_of(nums, target), (nums, target)))
         return out
 
     def generate(self, split: str, n: int, seed: int) -> list[Row]:
