@@ -6,6 +6,8 @@ commitments count (`\\boxed{}`, `####`, "the answer is", a bare answer or an `<a
 the commitments disagree the response scores 0. Falling back to the last number is an opt-in.
 
 Equivalence is a cascade, cheapest first, so that the common case never touches sympy:
+0. units (see "Units" below): different dimensions are not equal, different units of one dimension are
+   converted;
 1. normalised strings equal;
 2. both are plain numbers (ints, decimals, fractions, percents, scientific notation): compared exactly
    as rationals, except that a written decimal may stand for a value that has no finite decimal
@@ -38,6 +40,34 @@ math_verify 0.9 `grader.sympy_numeric_eq`), which ignores magnitude: it equates 
 0.00000002, and accepts no decimal of fewer than 6 places for 1/3. Decimals inside expressions (`0.5x`,
 `1.5\\pi`) are also read as the exact rationals they spell.
 `rel_tol` (default None) is an opt-in extra: a decimal within that relative distance also counts.
+
+Units. A unit after a value is split off and compared, never just dropped (dropping it would make
+`5\\text{ m}` equal `5 cm` and `4s` equal 4):
+- the same unit on both answers, or a unit on one only: the values are compared. A bare number is read in
+  the other answer's unit (gold `5\\text{ m}` accepts `5`): this reward grades the value, and golds
+  often carry a unit the question already fixed (`10\\text{ inches}` for "how many inches");
+- units of one dimension (length, mass, time, volume, area, speed, money, months/years): converted with
+  exact factors, then compared (`500 cm == 5 m`, `2 h == 120 min`, `0.33333 h == 20 min` by written
+  precision in hours);
+- different dimensions (`5 kg`, `5 m`), or two different `\\text{}` labels (`5 apples`, `5 oranges`): not equal.
+Letters written against the number (`4s`, `12cm`) are a unit only when the other answer has a unit of the
+same dimension (`4 s`, `4000 ms`); otherwise they are letters, so `4s` is 4 times s, not 4. A degree sign
+after a plain number is a unit (`90^\\circ == 90`); inside an expression it converts to radians
+(`\\cos 30^\\circ` is cos(pi/6), not cos(30)). An angle in degrees is not compared with one in radians.
+
+Percent. A % is read once (reading it both as a number and as a fraction on both sides would make
+`0.5\\% == 50\\%` through 0.5). A % on both answers or on neither: the numbers are compared as written. A %
+on one answer only: its number of percent or the fraction it stands for, so gold `50\\%` accepts `50\\%`,
+`50%`, `50` (the number without its sign, as a bare number is read in a unit) and `0.5` (the same quantity
+as a fraction, which is what 50% means), but never `0.5\\%`.
+
+Structure. Named values match by name: `x=2, y=3` equals `y=3, x=2` and not `x=3, y=2`; against
+an unnamed tuple they are taken in the alphabetical order of their names (`x=2, y=3` equals `(2,3)`). An
+inequality in one variable is the set it describes: `3<x`, `x>3.0`, `(3,\\infty)` and `x\\in(3,\\infty)` are
+one answer, and `x<3 or x>5` a union. A one-element set equals its element (`\\{5\\} == 5`, `{5}` is a TeX
+group); `\\emptyset`, `\\varnothing` and `\\{\\}` are one set. A name in front of a value is dropped (`x = 5`,
+`f(x) = x^2`). `i` is the imaginary unit, not a variable. A repeating decimal is the fraction it is
+(`0.\\overline{3} == 1/3`). A letter followed by digits is one name (`z1` is z_1, never z times 1).
 """
 
 from __future__ import annotations
@@ -55,8 +85,9 @@ from typing import Any, NamedTuple
 from grpo_jax.rewards.base import RewardInputError, RewardResult, as_str_list, require, reward
 from grpo_jax.rewards.format import split_response
 
-MATH_VERSION = "3"  # 2: written-precision rule, `**`/`^` exponents read whole, unions; 3: values past the
-# float range compared in mpmath (v2 called 575! equal to any number: inf <= 1e-12 * inf), exact numbers exactly
+MATH_VERSION = "4"  # 2: written-precision rule, `**`/`^` exponents read whole, unions; 3: values past the
+# float range compared in mpmath (v2 called 575! equal to any number: inf <= 1e-12 * inf), exact numbers exactly;
+# 4: units compared and converted, % read once, names matched, inequalities as sets, degrees in trig, i, z1
 
 MAX_SYMBOLIC_CHARS = 300  # longer expressions are judged by string/number rules only
 MAX_NUMBER_DIGITS = 400  # longer digit runs are compared as canonical digit strings
@@ -65,6 +96,7 @@ MAX_DISTINCT_ANSWERS = 16  # more distinct commitments than this is hedging, not
 MAX_POWER_TEXT = 1000  # longer answers: `**` becomes `^` without reading Python's exponent grammar
 MAX_POWER_NESTING = 20  # deeper `**` towers / parenthesised exponents fall back to a bare `^`
 MIN_SIGNIFICANT_DIGITS = 5  # a decimal must carry this many to stand for 1/3, sqrt(2), pi (see above)
+MAX_INEQUALITY_DEGREE = 2  # inequalities of higher degree are compared as written, not solved
 
 # ------------------------------------------------------------------------------------ extraction
 
@@ -182,25 +214,32 @@ def extract_answers(segment: str, *, fallback_last_number: bool = False) -> Extr
 
 # ------------------------------------------------------------------------------------ normalisation
 
-_UNIT_WORDS = (
-    "mm cm m km meter meters metre metres centimeter centimeters kilometer kilometers inch inches in "
-    "foot feet ft yard yards yd mile miles mi g kg gram grams kilogram kilograms lb lbs pound pounds oz "
-    "ounce ounces ml l liter liters litre litres gallon gallons s sec second seconds min minute minutes "
-    "h hr hrs hour hours day days week weeks month months year years dollar dollars cent cents "
-    "degree degrees unit units sq square cubic mph kph"
-).split()
-_UNIT_ALTERNATION = "|".join(sorted(_UNIT_WORDS, key=len, reverse=True))
-_UNIT_TAIL_RE = re.compile(rf"^(.*?\d\}}?)\s*(?:(?:{_UNIT_ALTERNATION})\b\.?\s*)+$")
 _TEXT_CMD_RE = re.compile(r"\\(?:text|textbf|textit|mbox|mathrm|mathbf|operatorname)\s*\{([^{}]*)\}")
 _SPACING_RE = re.compile(r"\\[,;:! ]|\\(?:quad|qquad|displaystyle|left|right|big|Big|bigg|Bigg)(?![A-Za-z])|~")
 _THOUSANDS_RE = re.compile(r"[-+]?\d{1,3}(?:,\d{3})+(?:\.\d+)?")
+# 'x =', 'a_n =', 'f(x) =', 'g(s, t) :' in front of a value: the name is dropped, the value compared
+_NAME_PREFIX_RE = re.compile(
+    r"^[A-Za-z](?:_\s*\{?[A-Za-z0-9]+\}?)?(?:\s*\(\s*[A-Za-z](?:\s*,\s*[A-Za-z])*\s*\))?\s*[=:]\s*"
+)
+
+
+class Unit(NamedTuple):
+    """What a unit measures and its size: `dimension` is a sorted tuple of (base unit, power), e.g.
+    (('m', 1), ('s', -1)) for a speed, and `factor` the unit's size in those base units (km: 1000)."""
+
+    dimension: tuple[tuple[str, int], ...]
+    factor: Fraction
 
 
 class Normalized(NamedTuple):
-    """A normalised answer string; `percent` records a stripped % so 50% can match 50 or 0.5."""
+    """A normalised answer: `text` without its unit or %, `percent` whether a % was stripped, `unit` the
+    unit stripped after the value, and `glued` the text with that unit kept as letters when it was written
+    against the number ('4s'), used unless the other answer has a unit of the same dimension."""
 
     text: str
     percent: bool
+    unit: Unit | None = None
+    glued: str | None = None
 
 
 def _unwrap(s: str, prefix: str) -> str:
@@ -212,13 +251,149 @@ def _unwrap(s: str, prefix: str) -> str:
     return s
 
 
-def _strip_units(s: str) -> str:
-    """Drop unit text after a number: '5\\text{ cm}' -> '5', '12 dollars' -> '12', '90^\\circ' -> '90'."""
-    s = re.sub(r"\^\s*\{?\\circ\}?|\\circ|\\degree|°", "", s)
-    if re.search(r"\d", s):
-        s = re.sub(r"(?<=[\d}])\s*\\(?:text|mbox|mathrm)\s*\{\s*[A-Za-z][A-Za-z .^/]*\}\s*$", "", s)
-    m = _UNIT_TAIL_RE.match(s)
-    return m.group(1) if m else s
+# ------------------------------------------------------------------------------------ units
+
+# (base units with powers, size in them, spellings). Sizes are exact: the inch is 0.0254 m, the pound
+# 0.45359237 kg and the US gallon 3.785411784 L by definition. Months and years convert to each other but
+# not to days (a month has no fixed length); money converts between dollars and cents only.
+_UNIT_SPELLINGS = (
+    ("m", "1", "m meter meters metre metres"),
+    ("m", "0.001", "mm millimeter millimeters millimetre millimetres"),
+    ("m", "0.01", "cm centimeter centimeters centimetre centimetres"),
+    ("m", "1000", "km kilometer kilometers kilometre kilometres"),
+    ("m", "0.0254", "in inch inches"),
+    ("m", "0.3048", "ft foot feet"),
+    ("m", "0.9144", "yd yard yards"),
+    ("m", "1609.344", "mi mile miles"),
+    ("g", "1", "g gram grams"),
+    ("g", "0.001", "mg milligram milligrams"),
+    ("g", "1000", "kg kilogram kilograms"),
+    ("g", "453.59237", "lb lbs pound pounds"),
+    ("g", "28.349523125", "oz ounce ounces"),
+    ("s", "1", "s sec secs second seconds"),
+    ("s", "0.001", "ms millisecond milliseconds"),
+    ("s", "60", "min mins minute minutes"),
+    ("s", "3600", "h hr hrs hour hours"),
+    ("s", "86400", "day days"),
+    ("s", "604800", "week weeks"),
+    ("m3", "0.000001", "ml milliliter milliliters millilitre millilitres"),
+    ("m3", "0.001", "l liter liters litre litres"),
+    ("m3", "0.003785411784", "gal gallon gallons"),
+    ("m s-1", "0.44704", "mph"),
+    ("m s-1", "5/18", "kph kmh"),
+    ("month", "1", "month months"),
+    ("month", "12", "year years yr yrs"),
+    ("dollar", "1", "dollar dollars"),
+    ("dollar", "0.01", "cent cents"),
+    ("degree", "1", "degree degrees deg"),
+)
+_UNITS = {
+    name: Unit(tuple((b, int(p or 1)) for b, p in re.findall(r"([a-z]+)(-?\d*)", base)), Fraction(size))
+    for base, size, names in _UNIT_SPELLINGS
+    for name in names.split()
+}
+NO_UNIT = Unit((), Fraction(1))  # 'units', 'square units': a count with no stated unit
+_DEGREE_UNITS = {  # a degree sign alone is an angle; with C or F a temperature, and the two scales do not convert
+    "": _UNITS["degree"],
+    "C": Unit((("celsius", 1),), Fraction(1)),
+    "F": Unit((("fahrenheit", 1),), Fraction(1)),
+}
+MAX_UNIT_TEXT = 200  # longer answers are not searched for a unit (the search is quadratic in the worst case)
+MAX_UNIT_POWER = 4  # 'cm^9^9^9' is no unit: its size would be a 10^1500-digit fraction
+_UNIT_TOKEN_RE = re.compile(r"\s*(?:([A-Za-z]+)|(/)|\^\s*\{?\s*(-?\d)\s*\}?|\\cdot(?![A-Za-z])|\*)")
+_TEXT_GROUP = r"\\(?:text|mbox|mathrm)\s*\{[^{}]*\}"
+# A value ending in a digit or '}', then a tail that starts with a word or a \text group and holds only
+# words, \text groups, '/', '*', \cdot and small powers: '5\text{ cm}', '3 km/h', '6 cm^2', '4s'.
+_UNIT_TAIL_RE = re.compile(
+    rf"(?P<head>.*?[\d}}])(?P<gap>\s*)"
+    rf"(?P<tail>(?:{_TEXT_GROUP}|[A-Za-z])(?:{_TEXT_GROUP}|\\cdot|[A-Za-z/*\s]|\^\s*\{{?\s*-?\d\s*\}}?)*)"
+)
+_DEGREE_TAIL_RE = re.compile(
+    r"(?P<head>.*?)\^\{\\circ\}\s*(?:\\(?:text|mathrm|mbox)\s*\{\s*)?(?P<scale>[CF]?)\s*\}?\s*"
+)
+_PLAIN_NUMBER_RE = re.compile(r"[-+]?(?:\d[\d,]*(?:\.\d*)?|\.\d+)|[-+]?\\[dt]?frac\{\d+\}\{\d+\}|[-+]?\d+/\d+")
+
+
+def _combine_units(parts: list[tuple[Unit, int]]) -> Unit:
+    """The product of units raised to powers: [(km, 1), (h, -1)] -> a speed of 5/18 m/s."""
+    powers: dict[str, int] = {}
+    factor = Fraction(1)
+    for unit, power in parts:
+        factor *= unit.factor**power
+        for base, p in unit.dimension:
+            powers[base] = powers.get(base, 0) + p * power
+    return Unit(tuple(sorted((b, p) for b, p in powers.items() if p)), factor)
+
+
+def parse_unit(text: str) -> Unit | None:
+    """The unit a text names: 'cm', 'km/h', 'm/s^2', 'miles per hour', 'square feet', 'cm^{2}'.
+
+    None when any word is not a known unit; NO_UNIT for 'units' / 'square units', which state none."""
+    parts: list[tuple[Unit, int]] = []
+    sign, pending, pos, text = 1, 1, 0, text.strip()
+    while pos < len(text):
+        m = _UNIT_TOKEN_RE.match(text, pos)
+        if m is None:
+            return None
+        pos = m.end()
+        word, slash, power = m.group(1, 2, 3)
+        if slash or (word and word.lower() == "per"):
+            sign = -1
+        elif power is not None:
+            if not parts or abs(parts[-1][1] * int(power)) > MAX_UNIT_POWER:
+                return None
+            parts[-1] = (parts[-1][0], parts[-1][1] * int(power))
+        elif word:
+            w = word.lower()
+            if w in ("sq", "square", "cubic"):
+                pending = 3 if w == "cubic" else 2
+                continue
+            unit = NO_UNIT if w in ("unit", "units") else _UNITS.get(w)
+            if unit is None:
+                return None
+            parts.append((unit, pending * sign))
+            pending = 1
+    return _combine_units(parts) if parts else None
+
+
+def _label_unit(tail: str) -> Unit | None:
+    """A unit of its own for a word in \\text{} that is not a known unit ('5\\text{ apples}'), else None.
+
+    Two answers with labels must name the same one ('apple' and 'apples' do); a bare number matches any."""
+    m = re.fullmatch(r"\\(?:text|mbox)\s*\{\s*([A-Za-z]{2,}(?:\s+[A-Za-z]+)*)\s*\}\s*", tail)
+    if m is None:
+        return None
+    label = " ".join(w.lower().removesuffix("s") for w in m.group(1).split())
+    return Unit(((f"label:{label}", 1),), Fraction(1))
+
+
+def _is_constant(head: str) -> bool:
+    """A value with no variable in it ('5', '\\frac{3}{4}', '2\\sqrt{3}', 'x = 5'): a unit may follow it."""
+    value = _NAME_PREFIX_RE.sub("", head.strip())
+    return re.search(r"\d", value) is not None and re.search(r"[A-Za-z]", re.sub(r"\\[A-Za-z]+", "", value)) is None
+
+
+def split_unit(s: str) -> tuple[str, Unit | None, bool]:
+    """(value, unit, glued) for a prepared answer: '5\\text{ cm}' -> ('5', cm, False), '90^{\\circ}' ->
+    ('90', degree, False), '4s' -> ('4', s, True): the letters touch the number, so they may be a variable.
+
+    A degree sign is a unit only after a plain number (in `\\cos 30^{\\circ}` it converts 30 to radians,
+    which the parser does); other units follow any constant. Unknown words are not units, except one
+    \\text{} label. 'units' states no unit: ('12', None, False) for '12 square units'."""
+    if len(s) > MAX_UNIT_TEXT:
+        return s, None, False
+    m = _DEGREE_TAIL_RE.fullmatch(s)
+    if m and _PLAIN_NUMBER_RE.fullmatch(_NAME_PREFIX_RE.sub("", m.group("head").strip())):
+        return m.group("head").strip(), _DEGREE_UNITS[m.group("scale")], False
+    m = _UNIT_TAIL_RE.fullmatch(s)
+    if m is None or not _is_constant(m.group("head")):
+        return s, None, False
+    tail = m.group("tail")
+    unit = parse_unit(re.sub(r"\\(?:text|mbox|mathrm)\s*\{([^{}]*)\}", r" \1 ", tail)) or _label_unit(tail)
+    if unit is None:
+        return s, None, False
+    glued = not m.group("gap") and not tail.startswith("\\") and unit != NO_UNIT
+    return m.group("head").strip(), (None if unit == NO_UNIT else unit), glued
 
 
 def _fix_frac_sqrt(s: str) -> str:
@@ -305,6 +480,8 @@ def _plain_to_latex(s: str) -> str:
     s = python_powers_to_latex(s)
     for a, b in (("\u2212", "-"), ("\u00d7", "\\times "), ("\u00b7", "\\cdot "), ("\u03c0", "\\pi ")):
         s = s.replace(a, b)
+    for a, b in (("\u2264", "\\le "), ("\u2265", "\\ge "), ("\u2260", "\\ne "), ("\u2205", "\\emptyset ")):
+        s = s.replace(a, b)
     s = s.replace("\u221a", "\\sqrt")
     s = re.sub(r"(?<![A-Za-z\\])sqrt\s*\(([^()]*)\)", r"\\sqrt{\1}", s)
     s = re.sub(r"(?<![A-Za-z\\])pi(?![A-Za-z])", r"\\pi ", s)
@@ -323,6 +500,20 @@ def normalize_answer(answer: str) -> Normalized:
 
 
 def _normalize(answer: str) -> Normalized:
+    s = _prepare(answer)
+    head, unit, glued = split_unit(s)
+    text, percent = _canonical(head)
+    return Normalized(text, percent, unit, _canonical(s)[0] if glued else None)
+
+
+_normalize_cached = functools.lru_cache(maxsize=65536)(_normalize)
+_DEGREE_MARK_RE = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|\\degree(?![A-Za-z])|\u00b0")
+_CONNECTIVE_RE = re.compile(r"\s*\\(?:text|mbox)\s*\{\s*(?:or|and)\s*\}\s*|\s+(?:or|and)\s+")
+
+
+def _prepare(answer: str) -> str:
+    """Wrappers, delimiters and spacing removed, plain text in LaTeX spelling, one spelling of the degree
+    sign ('^{\\circ}'), and 'or' / 'and' between values as a comma ('x=2 \\text{ or } x=3' lists two)."""
     s = answer.strip()
     for wrapper in ("\\boxed{", "\\fbox{"):
         s = _unwrap(s, wrapper).strip()
@@ -330,26 +521,76 @@ def _normalize(answer: str) -> Normalized:
     s = s.replace("\\[", "").replace("\\]", "").replace("{,}", "")
     s = _plain_to_latex(s)
     s = _SPACING_RE.sub(" ", s).strip()
-    s = s.rstrip(".").strip()
-    s = _strip_units(s).strip()
+    s = _CONNECTIVE_RE.sub(",", s)
+    s = _DEGREE_MARK_RE.sub(lambda _: "^{\\circ}", s)
+    return s.rstrip(".").strip()
+
+
+def _canonical(s: str) -> tuple[str, bool]:
+    """(canonical text, had a trailing %) of a prepared answer whose unit is already split off."""
     percent = bool(re.search(r"\\?%\s*$", s))
     s = re.sub(r"\\?%\s*$", "", s).strip()
     s = re.sub(r"\\?%", "", s) if percent else s
     s = _TEXT_CMD_RE.sub(r"\1", s)
     s = _fix_frac_sqrt(s)
-    s = re.sub(r"^[A-Za-z]\s*(?:=|:)\s*(?=[^=]*$)", "", s)  # 'x = 5' -> '5'
+    s = _repeating_decimals(s)
+    s = _empty_set_and_grouping(s)
+    s = _NAME_VALUE_RE.sub("", s)  # 'x = 5', 'f(x) = x^2' -> the value
     s = re.sub(r"\^\s*(-?\d+(?:\.\d+)?|-?[A-Za-z])", r"^{\1}", s)  # 'x^31' is x^{31}, as math-verify reads it
     s = re.sub(r"_\s*([A-Za-z0-9])", r"_{\1}", s)  # '\log_2 8' must not become '\log_28'
+    s = _GLUED_INDEX_RE.sub(_glued_index, s)
     s = re.sub(r"(\\[A-Za-z]+)\s+(?=[A-Za-z])", "\\1\x00", s)  # keep '\pi r' from becoming '\pir'
+    s = _SPACED_UNIT_RE.sub("\x00", s)  # '(3 cm, 4 cm)': each part keeps its unit apart from its number
     s = re.sub(r"\s+", "", s).replace("\x00", " ")
     if _THOUSANDS_RE.fullmatch(s):
         s = s.replace(",", "")
     s = s.lstrip("+") if re.match(r"\+[\d.]", s) else s
-    s = s.rstrip(".")
-    return Normalized(s, percent)
+    return s.rstrip("."), percent
 
 
-_normalize_cached = functools.lru_cache(maxsize=65536)(_normalize)
+_NAME_VALUE_RE = re.compile(_NAME_PREFIX_RE.pattern + r"(?=[^=]*$)")  # only where one '=' follows
+_UNIT_WORD = "|".join(sorted([*_UNITS, "unit", "units", "sq", "square", "cubic"], key=len, reverse=True))
+_SPACED_UNIT_RE = re.compile(rf"(?<=[\d}}])\s+(?=(?:{_UNIT_WORD})(?![A-Za-z]))")
+# A letter followed by digits is one name ('z1' is z_1, as a program writes it), not the letter times the
+# digits, which would make '2108*z1' equal '2108*z'. Not after a letter or backslash ('\log2', 'ab1' stay as
+# they are) and not the exponent of a number ('1e5').
+_GLUED_INDEX_RE = re.compile(r"(?<![\\A-Za-z])([A-Za-z])(\d+)(?![\d.])")
+
+
+def _glued_index(m: re.Match[str]) -> str:
+    """'z_{1}' for 'z1'; '1e5' unchanged."""
+    before = m.string[m.start() - 1] if m.start() else ""
+    if m.group(1) in "eE" and (before.isdigit() or before == "."):
+        return m.group(0)
+    return f"{m.group(1)}_{{{m.group(2)}}}"
+
+
+_RUN = rf"\d{{0,{MAX_NUMBER_DIGITS}}}"  # digit runs are bounded like any number's (int() refuses 4300+ digits)
+_PERIOD = rf"\d{{1,{MAX_NUMBER_DIGITS}}}"
+_REPEATING_RE = re.compile(rf"({_RUN})\.({_RUN})\\(?:overline|bar)\s*(?:\{{({_PERIOD})\}}|(\d))")
+
+
+def _repeating_decimals(s: str) -> str:
+    """A repeating decimal as the fraction it is: '0.\\overline{3}' -> '\\frac{1}{3}', '0.1\\overline{6}' -> 1/6."""
+
+    def fraction(m: re.Match[str]) -> str:
+        whole, fixed, period = m.group(1) or "0", m.group(2), m.group(3) or m.group(4)
+        value = int(whole) + Fraction(int(fixed or "0"), 10 ** len(fixed))
+        value += Fraction(int(period), (10 ** len(period) - 1) * 10 ** len(fixed))
+        return f"\\frac{{{value.numerator}}}{{{value.denominator}}}"
+
+    return _REPEATING_RE.sub(fraction, s) if "\\overline" in s or "\\bar" in s else s
+
+
+def _empty_set_and_grouping(s: str) -> str:
+    """One spelling of the empty set ('\\varnothing', '\\{\\}', '{}' -> '\\emptyset'); a TeX group that
+    spans the whole answer is dropped ('{5}' is 5)."""
+    s = re.sub(r"\\varnothing(?![A-Za-z])", r"\\emptyset", s)
+    if re.fullmatch(r"\\\{\s*\\\}|\{\s*\}", s):
+        return "\\emptyset"
+    while s.startswith("{") and (inner := _unwrap(s, "{")) != s:
+        s = inner.strip()
+    return s
 
 
 # ------------------------------------------------------------------------------------ numbers
@@ -466,12 +707,17 @@ def numbers_equal(a: Number, b: Number, rel_tol: float | None = None) -> bool:
     return (a.places is not None or b.places is not None) and _within_rel_tol(a.value, b.value, rel_tol)
 
 
-def _percent_variants(n: Number, percent: bool) -> list[Number]:
-    """50% may mean 50 or 0.5; the reference decides, so both readings are tried."""
-    if not percent:
-        return [n]
-    places = None if n.places is None else n.places + 2
-    return [n, Number(n.value / 100, places, n.significant)]
+def _scaled(n: Number, power: int) -> Number:
+    """`n` times 10**power, with the written precision moved along: 33.333 -> 0.33333 for power -2."""
+    return Number(n.value * Fraction(10) ** power, None if n.places is None else n.places - power, n.significant)
+
+
+def percent_readings(n: Number, percent: bool, other_percent: bool) -> list[Number]:
+    """The values a number may stand for against another answer (see "Percent" in the module docstring).
+
+    A % on both sides or on neither: the numbers are compared as written (50% is not 0.5%). A % on this
+    side only: the number of percent or the fraction it is (50% against 50 or 0.5)."""
+    return [n, _scaled(n, -2)] if percent and not other_percent else [n]
 
 
 # ------------------------------------------------------------------------------------ structure
@@ -666,10 +912,80 @@ def _unordered_equal(xs: list[Any], ys: list[Any], rel_tol: float | None, depth:
     )
 
 
-def _sympy_equal(ea: Any, eb: Any, rel_tol: float | None, depth: int = 0) -> bool:
-    """Equality of two sympy objects: numbers by value, expressions by simplify, sets/tuples by parts."""
+def _is_inequality(e: Any) -> bool:
+    """`x > 3`, `x \\le y`, `x \\ne 3`, and `1 < x < 2` (an And of them)."""
     sympy, _ = _sympy_modules()
-    ea, eb = _merge_union(ea), _merge_union(eb)
+    if isinstance(e, (sympy.And, sympy.Or)):
+        return all(_is_inequality(x) for x in e.args)
+    kinds = (sympy.StrictLessThan, sympy.StrictGreaterThan, sympy.LessThan, sympy.GreaterThan, sympy.Unequality)
+    return isinstance(e, kinds)
+
+
+def _disjoint(parts: list[Any]) -> bool:
+    sympy, _ = _sympy_modules()
+    return all(sympy.Intersection(p, q) == sympy.S.EmptySet for i, p in enumerate(parts) for q in parts[i + 1 :])
+
+
+def _low_degree(e: Any) -> bool:
+    """Every side of the inequality is a polynomial of degree <= MAX_INEQUALITY_DEGREE in its one variable,
+    so that solving it stays cheap where no timer can be armed (`x^{999} > 1` is compared as written)."""
+    sympy, _ = _sympy_modules()
+    (x,) = e.free_symbols
+    for r in e.atoms(sympy.Rel):
+        gap = r.lhs - r.rhs
+        if not gap.is_polynomial(x) or sympy.degree(gap, x) > MAX_INEQUALITY_DEGREE:
+            return False
+    return True
+
+
+def _as_solution_set(e: Any) -> Any:
+    """The set of reals an answer in one variable describes: `x>3` and `3<x` are (3, oo), `1<x<2` is
+    (1, 2), `x \\in S` is S, and a list of inequalities with disjoint sets ('x<3 or x>5') their union.
+    Anything else (an inequality in two variables, overlapping ones) is returned unchanged."""
+    sympy, _ = _sympy_modules()
+    if isinstance(e, sympy.Equality) and isinstance(e.lhs, sympy.Symbol) and isinstance(e.rhs, sympy.Set):
+        return e.rhs
+    one_variable = isinstance(e, sympy.Basic) and len(e.free_symbols) == 1
+    if one_variable and _is_inequality(e) and _low_degree(e):
+        try:
+            return e.as_set()
+        except Exception:  # noqa: BLE001 - sympy cannot solve it: it is compared as written
+            return e
+    if one_variable and isinstance(e, sympy.FiniteSet) and len(e.args) > 1 and all(map(_is_inequality, e.args)):
+        parts = [_as_solution_set(x) for x in e.args]
+        if all(isinstance(p, sympy.Set) for p in parts) and _disjoint(parts):
+            return sympy.Union(*parts)
+    return e
+
+
+def _relations_equal(ea: Any, eb: Any) -> bool:
+    """Two inequalities that are not about one variable, each read as `gap > 0` (or >=, !=): x>y is y<x."""
+    sympy, _ = _sympy_modules()
+
+    def gap(r: Any) -> tuple[str, Any]:
+        if isinstance(r, sympy.Unequality):
+            return "!=", r.lhs - r.rhs
+        kind = ">" if isinstance(r, (sympy.StrictLessThan, sympy.StrictGreaterThan)) else ">="
+        return kind, _exact_floats(r.lhs - r.rhs if r.rel_op in (">", ">=") else r.rhs - r.lhs)
+
+    (ka, da), (kb, db) = gap(ea), gap(eb)
+    return ka == kb and (sympy.simplify(da - db) == 0 or (ka == "!=" and sympy.simplify(da + db) == 0))
+
+
+def _singleton_against_value(ea: Any, eb: Any) -> tuple[Any, Any] | None:
+    """(element, value) when one side is a one-element set and the other a value: {5} against 5."""
+    sympy, _ = _sympy_modules()
+    for x, y in ((ea, eb), (eb, ea)):
+        if isinstance(x, sympy.FiniteSet) and len(x.args) == 1 and isinstance(y, sympy.Expr):
+            return x.args[0], y
+    return None
+
+
+def _sympy_equal(ea: Any, eb: Any, rel_tol: float | None, depth: int = 0) -> bool:
+    """Equality of two sympy objects: numbers by value, expressions by simplify, sets/tuples by parts,
+    inequalities in one variable as the sets they describe."""
+    sympy, _ = _sympy_modules()
+    ea, eb = _merge_union(_as_solution_set(ea)), _merge_union(_as_solution_set(eb))
     if ea == eb:
         return True
     if depth > 3:
@@ -690,6 +1006,11 @@ def _sympy_equal(ea: Any, eb: Any, rel_tol: float | None, depth: int = 0) -> boo
     if isinstance(ea, sympy.Equality) and isinstance(eb, sympy.Equality):
         da, db = _exact_floats(ea.lhs - ea.rhs), _exact_floats(eb.lhs - eb.rhs)
         return sympy.simplify(da - db) == 0 or sympy.simplify(da + db) == 0
+    if isinstance(ea, sympy.Rel) and isinstance(eb, sympy.Rel) and _is_inequality(ea) and _is_inequality(eb):
+        return _relations_equal(ea, eb)
+    single = _singleton_against_value(ea, eb)
+    if single is not None:
+        return _sympy_equal(*single, rel_tol, depth + 1)
     if isinstance(ea, sympy.Expr) and isinstance(eb, sympy.Expr):
         return _expr_equal(ea, eb, rel_tol)
     return False
@@ -733,8 +1054,14 @@ def _expr_equal(ea: Any, eb: Any, rel_tol: float | None) -> bool:
 
 
 def _to_sympy(s: str) -> Any:
-    _, latex2sympy = _sympy_modules()
-    return latex2sympy(s)
+    """Parse a normalised answer: a degree sign inside an expression converts to radians (`\\cos 30^{\\circ}`
+    is cos(pi/6), not cos(30)), and `i` is the imaginary unit, not a variable."""
+    sympy, latex2sympy = _sympy_modules()
+    e = latex2sympy(s, convert_degrees=True)
+    if not isinstance(e, sympy.Basic):
+        return e
+    table = {x: sympy.I for x in e.free_symbols if isinstance(x, sympy.Symbol) and x.name == "i"}
+    return e.xreplace(table) if table else e
 
 
 def _guarded_sympy(
@@ -793,42 +1120,125 @@ _CACHEABLE_CHARS = 1000
 
 
 def _answers_equal(pred: str, ref: str, rel_tol: float | None, timeout_s: float) -> tuple[bool, str]:
-    a, b = normalize_answer(pred), normalize_answer(ref)
+    a, b = settle_glued_units(normalize_answer(pred), normalize_answer(ref))
     if not a.text or not b.text:
         return False, "empty"
-    if a.text == b.text or (_words_only(a.text) and a.text.lower() == b.text.lower()):
-        return True, "string"
-    ca, cb = _canonical_int(a.text), _canonical_int(b.text)
-    if ca is not None and cb is not None and max(len(ca), len(cb)) > MAX_NUMBER_DIGITS:
-        return ca == cb, "digits"
-    na, nb = parse_number(a.text), parse_number(b.text)
-    if na is not None and nb is not None:
-        close = any(
-            numbers_equal(x, y, rel_tol)
-            for x in _percent_variants(na, a.percent)
-            for y in _percent_variants(nb, b.percent)
-        )
-        return close, "numeric"
-    sa, sb = _sequence_form(a.text), _sequence_form(b.text)
-    if sa is not None and sb is not None:
-        return _sequences_equal(sa, sb, rel_tol, timeout_s)
-    for number, side, other in ((na, a, b.text), (nb, b, a.text)):
-        if number is not None and number.places is not None:  # a written decimal against a closed form
-            variants = _percent_variants(number, side.percent)
-            return decimal_equals_closed_form(variants, other, rel_tol=rel_tol, timeout_s=timeout_s)
-    return symbolic_equal(a.text, b.text, rel_tol=rel_tol, timeout_s=timeout_s)
+    if a.unit is not None and b.unit is not None and a.unit != b.unit:
+        if a.unit.dimension != b.unit.dimension:
+            return False, "unit_mismatch"
+        return _converted_equal(a, b, rel_tol, timeout_s)
+    return _values_equal(a, b, rel_tol, timeout_s)
 
 
 _answers_equal_cached = functools.lru_cache(maxsize=65536)(_answers_equal)
 
 
+def settle_glued_units(a: Normalized, b: Normalized) -> tuple[Normalized, Normalized]:
+    """A unit written against its number ('4s') is read as a unit only when the other answer has a unit of
+    the same dimension ('4 s', '4000 ms'); otherwise its letters are part of the answer (4 times s)."""
+
+    def settled(x: Normalized, other: Normalized) -> Normalized:
+        same_dimension = x.unit is not None and other.unit is not None and x.unit.dimension == other.unit.dimension
+        return x if x.glued is None or same_dimension else Normalized(x.glued, x.percent)
+
+    return settled(a, b), settled(b, a)
+
+
+def _converted_equal(a: Normalized, b: Normalized, rel_tol: float | None, timeout_s: float) -> tuple[bool, str]:
+    """Two values in different units of one dimension ('1.5 km', '1500 m'): each side is tried in the
+    other's unit, the converted side exact and the other keeping its written precision."""
+    ratio = b.unit.factor / a.unit.factor  # one of b's units in a's units
+    na, nb = parse_number(a.text), parse_number(b.text)
+    if na is not None and nb is not None:
+        in_a, in_b = Number(nb.value * ratio), Number(na.value / ratio)  # b in a's unit, a in b's unit
+        return numbers_equal(na, in_a, rel_tol) or numbers_equal(in_b, nb, rel_tol), "unit"
+    scaled = f"\\frac{{{ratio.numerator}}}{{{ratio.denominator}}}\\cdot({b.text})"
+    equal, method = symbolic_equal(a.text, scaled, rel_tol=rel_tol, timeout_s=timeout_s)
+    return equal, "unit" if equal else method
+
+
+def _values_equal(a: Normalized, b: Normalized, rel_tol: float | None, timeout_s: float) -> tuple[bool, str]:
+    """Two normalised answers in the same unit (or one without): strings, numbers, sequences, then sympy."""
+    if a.text == b.text or (_words_only(a.text) and a.text.lower() == b.text.lower()):
+        return True, "string"
+    single = _singleton_pair(a, b)
+    if single is not None:
+        return _values_equal(*single, rel_tol, timeout_s)
+    ca, cb = _canonical_int(a.text), _canonical_int(b.text)
+    if ca is not None and cb is not None and max(len(ca), len(cb)) > MAX_NUMBER_DIGITS:
+        return ca == cb, "digits"
+    na, nb = parse_number(a.text), parse_number(b.text)
+    if na is not None and nb is not None:
+        readings_a, readings_b = percent_readings(na, a.percent, b.percent), percent_readings(nb, b.percent, a.percent)
+        return any(numbers_equal(x, y, rel_tol) for x in readings_a for y in readings_b), "numeric"
+    sa, sb = _sequence_form(a.text), _sequence_form(b.text)
+    if sa is not None and sb is not None:
+        return _sequences_equal(sa, sb, rel_tol, timeout_s)
+    for number, side, other in ((na, a, b), (nb, b, a)):
+        if number is not None and number.places is not None:  # a written decimal against a closed form
+            readings = percent_readings(number, side.percent, other.percent)
+            readings += [_scaled(number, 2)] if other.percent and not side.percent else []
+            return decimal_equals_closed_form(readings, other.text, rel_tol=rel_tol, timeout_s=timeout_s)
+    pairs = [(a.text, b.text)]
+    if a.percent != b.percent:  # a closed form with % on one side: also as the fraction it is
+        pairs.append((f"\\frac{{{a.text}}}{{100}}", b.text) if a.percent else (a.text, f"\\frac{{{b.text}}}{{100}}"))
+    result = (False, "symbolic")
+    for x, y in pairs:
+        result = symbolic_equal(x, y, rel_tol=rel_tol, timeout_s=timeout_s)
+        if result[0]:
+            return result
+    return result
+
+
+def _singleton_element(s: str) -> str | None:
+    """'5' for '\\{5\\}': the element of a one-element set, else None."""
+    if len(s) > 4 and s.startswith("\\{") and s.endswith("\\}") and _closes_at_end(s, 1):
+        inner = s[2:-2]
+        return inner if inner and len(_split_top_level(inner)) == 1 else None
+    return None
+
+
+def _singleton_pair(a: Normalized, b: Normalized) -> tuple[Normalized, Normalized] | None:
+    """A one-element set against an answer that is not a set compares its element: '\\{5\\}' vs '5'."""
+    for first, (x, y) in ((True, (a, b)), (False, (b, a))):
+        inner = _singleton_element(x.text)
+        if inner is not None and not (y.text.startswith("\\{") or y.text == "\\emptyset"):
+            return (x._replace(text=inner), y) if first else (y, x._replace(text=inner))
+    return None
+
+
+_ASSIGNMENT_RE = re.compile(r"([A-Za-z](?:_\{[A-Za-z0-9]+\})?)=([^=]+)")
+
+
+def _assignments(items: list[str]) -> dict[str, str] | None:
+    """{'x': '2', 'y': '3'} for ['x=2', 'y=3']: every item names a value, each name once; else None."""
+    matches = [_ASSIGNMENT_RE.fullmatch(item) for item in items]
+    if not all(matches):
+        return None
+    named = {m.group(1): m.group(2) for m in matches if m}
+    return named if len(named) == len(items) else None
+
+
 def _sequences_equal(
     sa: tuple[str, list[str]], sb: tuple[str, list[str]], rel_tol: float | None, timeout_s: float
 ) -> tuple[bool, str]:
-    """Tuples/intervals in order with matching brackets; sets and bare lists in any order."""
+    """Tuples/intervals in order with matching brackets; sets and bare lists in any order.
+
+    Named values ('x=2, y=3') match by name; against unnamed ones ('(2,3)') they are taken in the
+    alphabetical order of their names, in order unless the other side is a set."""
     (ba, xs), (bb, ys) = sa, sb
     if len(xs) != len(ys):
         return False, "sequence"
+    named_a, named_b = _assignments(xs), _assignments(ys)
+    if named_a is not None and named_b is not None:
+        same = named_a.keys() == named_b.keys() and all(
+            answers_equal(named_a[k], named_b[k], rel_tol=rel_tol, timeout_s=timeout_s)[0] for k in named_a
+        )
+        return same, "assignment"
+    if named_a is not None or named_b is not None:
+        xs = [named_a[k] for k in sorted(named_a)] if named_a is not None else xs
+        ys = [named_b[k] for k in sorted(named_b)] if named_b is not None else ys
+        ba = bb = "{}" if "{}" in (ba, bb) else "()"
     if ba in ("", "{}") and bb in ("", "{}"):
         remaining = list(ys)
         for x in xs:

@@ -2,14 +2,19 @@
 
 Multiple choice (the reference is a letter, or `sample["choices"]` is given): the committed letter is
 read from "Answer: C", "the answer is (C)", "\\boxed{C}", or an answer segment that is just "C"/"(C)".
+A committed lower-case letter ("Answer: c", "(b)") and a letter after "Option" / "Choice" ("Answer:
+Option C") are the option too: a lone committed letter can only name an option (a letter followed by
+more words, "Answer: a reaction with water", is still English and names none).
 Hedging scores 0: if the committed text names more than one option ("A or C", "ABCD", "A, C") or two
 commitments disagree, there is no single answer to grade, and rewarding either would teach the model
 to list options.
 
 Numeric (anything else): the committed number (plain, scientific `6.02e23`, `6.02 \\times 10^{23}`)
 is compared with relative tolerance `rel_tol` (or `sample["rel_tol"]`). With `sample["unit"]` and a unit
-in the answer, the units must agree up to an SI prefix (`km` vs `m` converts); an answer without a unit
-is read in the reference unit unless `require_unit=True`.
+in the answer, the units must measure the same quantity and the value is converted: SI prefixes (`km` vs
+`m`), compound units (`mm/s^2` vs `m/s^2`, `km/h` vs `m/s`, `kg m^2`), `min` and `h` for time. A unit of
+another quantity (`m/s` against `m/s^2`) or one not understood scores 0 (`unit_mismatch`); an answer
+without a unit is read in the reference unit unless `require_unit=True`.
 """
 
 from __future__ import annotations
@@ -22,7 +27,8 @@ from grpo_jax.rewards.base import RewardInputError, RewardResult, require, rewar
 from grpo_jax.rewards.format import split_response
 from grpo_jax.rewards.math import boxed_contents, cut_answer_tail
 
-SCIENCE_VERSION = "2"  # 2: "Answer: 6.02*10**23" keeps its power (math.cut_answer_tail dropped every `**` as bold)
+SCIENCE_VERSION = "3"  # 2: "Answer: 6.02*10**23" keeps its power (math.cut_answer_tail dropped every `**` as bold);
+# 3: lower-case and "Option C" letters are options, compound units convert (9800 mm/s^2 is 9.8 m/s^2)
 
 _LETTERS = "ABCDEFGHIJ"
 _COMMIT_RE = re.compile(  # bounded look-ahead: linear even on thousands of "Answer:" lines
@@ -48,21 +54,25 @@ _SI_PREFIX = {
     "p": 1e-12,
 }
 _SI_BASE = ("mol", "Hz", "Pa", "eV", "Wh", "m", "g", "s", "J", "N", "W", "V", "A", "K", "L", "C", "T")
+_OTHER_UNITS = {"min": ("s", 60.0), "h": ("s", 3600.0)}  # time units without an SI prefix
+_UNIT_FACTOR_RE = re.compile(r"([A-Za-z\u00b5\u03bc]+)(?:\^\{?([-+]?\d+)\}?)?")
 
 
 # ------------------------------------------------------------------------------------ multiple choice
 
 
 def _letters_in(text: str, valid: str) -> set[str]:
-    """Option letters named by a committed answer text: 'C', '(C)', 'C.', 'A or C', 'ABCD', 'A, C'.
+    """Option letters named by a committed answer text: 'C', '(C)', 'c', 'Option C', 'A or C', 'ABCD', 'A, C'.
 
-    A letter that starts a word ('Carbon') or an English sentence ('I think ...') is not an option.
+    A letter that starts a word ('Carbon') or an English sentence ('I think ...', 'a reaction') is not
+    an option.
     """
     text = re.sub(r"\\text(?:bf)?\{([^{}]*)\}", r"\1", text)
     text = text.replace("*", "").replace("$", "").strip()
     if re.fullmatch(rf"[{valid}]{{2,}}", text):  # 'ABCD'
         return set(text)
-    option = rf"\(?[{valid}]\)?"
+    text = re.sub(r"(?i)^(?:option|choice)s?\b\s*:?\s*", "", text)  # 'Option C', 'choice (c)'
+    option = rf"\(?[{valid}{valid.lower()}]\)?"
     m = re.match(rf"({option}(?:\s*(?:,|/|\bor\b|\band\b|&)\s*{option})*)(.*)$", text, re.DOTALL)
     if m is None:
         return set()
@@ -71,7 +81,8 @@ def _letters_in(text: str, valid: str) -> set[str]:
         return set()
     if re.match(r"\s+[a-z]", rest) and not re.match(r"\s+(?:is|because|since|as|which|with)\b", rest):
         return set()
-    return set(re.findall(rf"[{valid}]", m.group(1)))
+    letters = re.findall(rf"(?<![A-Za-z])[{valid}{valid.lower()}](?![A-Za-z])", m.group(1))  # not 'and', 'or'
+    return {letter.upper() for letter in letters}
 
 
 def extract_choice(segment: str, valid: str = _LETTERS) -> tuple[set[str], str]:
@@ -113,20 +124,46 @@ def parse_quantity(text: str) -> tuple[float, str] | None:
     return value, unit
 
 
-def _unit_factor(unit: str) -> tuple[str, float] | None:
-    """('m', 1000.0) for 'km': the base unit and the SI prefix factor, None if not a known SI unit."""
-    unit = unit.replace(" ", "")
+def _unit_factor(name: str) -> tuple[str, float] | None:
+    """('m', 1000.0) for 'km': the base unit and its factor, None if not a known unit."""
+    if name in _OTHER_UNITS:
+        return _OTHER_UNITS[name]
     for base in _SI_BASE:
-        if unit.endswith(base) and unit[: -len(base)] in _SI_PREFIX:
-            return base, _SI_PREFIX[unit[: -len(base)]]
+        if name.endswith(base) and name[: -len(base)] in _SI_PREFIX:
+            return base, _SI_PREFIX[name[: -len(base)]]
     return None
+
+
+def _dimension(unit: str) -> tuple[tuple[tuple[str, int], ...], float] | None:
+    """(sorted (base, power) pairs, factor) of a unit: 'mm/s^2' -> ((('m', 1), ('s', -2)), 0.001).
+
+    Factors are multiplied (separated by spaces, '*', '\\cdot' or '.'), everything after one '/' divides;
+    None if any factor is not a known unit."""
+    unit = re.sub(r"\\cdot|\u00b7|\*|(?<=[A-Za-z}\d])\.(?=[A-Za-z])", " ", unit)
+    numerator, _, denominator = re.sub(r"\s*/\s*", "/", unit.strip()).partition("/")
+    powers: dict[str, int] = {}
+    factor = 1.0
+    for part, sign in ((numerator, 1), (denominator.strip("()"), -1)):
+        for token in part.split():
+            m = _UNIT_FACTOR_RE.fullmatch(token)
+            known = _unit_factor(m.group(1)) if m else None
+            if m is None or known is None:
+                return None
+            power = sign * int(m.group(2) or 1)
+            if abs(power) > 4:  # no unit has such a power, and 1e-3 ** -400 overflows a float
+                return None
+            powers[known[0]] = powers.get(known[0], 0) + power
+            factor *= known[1] ** power
+    if "/" in denominator or not powers:
+        return None
+    return tuple(sorted((b, p) for b, p in powers.items() if p)), factor
 
 
 def _convert(value: float, unit: str, target: str) -> float | None:
     """`value` in `unit` expressed in `target`, or None if the units are not the same quantity."""
     if unit.replace(" ", "") == target.replace(" ", ""):
         return value
-    a, b = _unit_factor(unit), _unit_factor(target)
+    a, b = _dimension(unit), _dimension(target)
     if a is None or b is None or a[0] != b[0]:
         return None
     return value * a[1] / b[1]

@@ -180,21 +180,21 @@ def test_extract_answers_rules():
 
 
 @pytest.mark.parametrize(
-    "raw, text, percent",
+    "raw, text, percent, unit",
     [
-        ("$\\dfrac12$", "\\frac{1}{2}", False),
-        ("1{,}000", "1000", False),
-        ("25\\%", "25", True),
-        ("90^\\circ", "90", False),
-        ("5\\text{ cm}", "5", False),
-        ("\\left( 1,2 \\right).", "(1,2)", False),
-        ("sqrt(2)", "\\sqrt{2}", False),
-        ("\\log_2 8", "\\log_{2}8", False),
-        ("2\\pi r", "2\\pi r", False),
+        ("$\\dfrac12$", "\\frac{1}{2}", False, None),
+        ("1{,}000", "1000", False, None),
+        ("25\\%", "25", True, None),
+        ("90^\\circ", "90", False, "degree"),
+        ("5\\text{ cm}", "5", False, "cm"),
+        ("\\left( 1,2 \\right).", "(1,2)", False, None),
+        ("sqrt(2)", "\\sqrt{2}", False, None),
+        ("\\log_2 8", "\\log_{2}8", False, None),
+        ("2\\pi r", "2\\pi r", False, None),
     ],
 )
-def test_normalize_answer(raw, text, percent):
-    assert m.normalize_answer(raw) == m.Normalized(text, percent)
+def test_normalize_answer(raw, text, percent, unit):
+    assert m.normalize_answer(raw) == m.Normalized(text, percent, unit and m.parse_unit(unit))
 
 
 def test_parse_number_exact():

@@ -1,4 +1,4 @@
-"""Our math equivalence against math-verify on 110 hand-written pairs (LaTeX and plain forms).
+"""Our math equivalence against math-verify on 165 hand-written pairs (LaTeX and plain forms).
 
 The pairs are labelled with the mathematically right verdict; the test asserts that we agree with
 math-verify on every pair except the explicit list of known disagreements below, and that we get the
@@ -90,6 +90,30 @@ EQUAL = [
     ("x**31", "x^{31}"),
     ("3.141593", "\\pi"),
     ("0.66667", "\\frac{2}{3}"),
+    # percent read once, units compared, names matched, inequalities as sets, degrees, i, and the rest
+    ("50\\%", "50%"),
+    ("0.5", "50\\%"),
+    ("500\\text{ cm}", "5\\text{ m}"),
+    ("2\\text{ kg}", "2000\\text{ g}"),
+    ("2\\text{ hours}", "120\\text{ minutes}"),
+    ("5", "5\\text{ m}"),
+    ("x=2, y=3", "y=3, x=2"),
+    ("x=2, y=3", "(2,3)"),
+    ("\\cos 30^\\circ", "\\frac{\\sqrt{3}}{2}"),
+    ("3<x", "x>3"),
+    ("x>3.0", "x>3"),
+    ("x>3", "(3,\\infty)"),
+    ("x\\geq 3", "[3,\\infty)"),
+    ("1<x<2", "(1,2)"),
+    ("3+2i", "2i+3"),
+    ("(1+i)^2", "2i"),
+    ("0.\\overline{3}", "\\frac{1}{3}"),
+    ("\\varnothing", "\\emptyset"),
+    ("\\{\\}", "\\emptyset"),
+    ("{5}", "5"),
+    ("\\{5\\}", "5"),
+    ("f(x)=x^2", "x^2"),
+    ("z1+z2", "z_1+z_2"),
 ]
 # (prediction, reference): mathematically different
 UNEQUAL = [
@@ -145,6 +169,22 @@ UNEQUAL = [
     ("x**31", "x**3"),
     ("x^31", "x^3"),
     ("-3920*x**3 + 12348*x**21", "-3920*x**3 + 12348*x**2"),
+    # percent read once, units compared, names matched, degrees kept, digits kept in names
+    ("50\\%", "0.5\\%"),
+    ("4s", "4"),
+    ("5\\text{ m}", "5\\text{ cm}"),
+    ("2\\text{ kg}", "2\\text{ g}"),
+    ("2\\text{ hours}", "2\\text{ minutes}"),
+    ("5\\text{ kg}", "5\\text{ m}"),
+    ("x=2, y=3", "x=3, y=2"),
+    ("\\cos 30^\\circ", "\\cos 30"),
+    ("3x-2108z1", "3x-2108z"),
+    ("x>3", "[3,\\infty)"),
+    ("x>3", "x<3"),
+    ("3+2i", "3-2i"),
+    ("0.\\overline{3}", "0.3"),
+    ("\\emptyset", "\\{0\\}"),
+    ("f(x)=x^2", "x^3"),
 ]
 
 # Pairs where we and math-verify differ, with the reason. Empty means full agreement.
@@ -156,12 +196,31 @@ KNOWN_DISAGREEMENTS: dict[tuple[str, str], str] = {
     ("0.66667", "\\frac{2}{3}"): (
         "math-verify rounds both sides at 6 decimal places; we accept a rounding with 5 significant digits"
     ),
+    ("e^{i\\pi}", "-1"): "math-verify parses i as a variable; we read it as the imaginary unit",
+    ("(1+i)^2", "2i"): "math-verify parses i as a variable; we read it as the imaginary unit",
+    ("500\\text{ cm}", "5\\text{ m}"): "math-verify drops units; we convert between units of one dimension",
+    ("2\\text{ kg}", "2000\\text{ g}"): "math-verify drops units; we convert between units of one dimension",
+    ("2\\text{ hours}", "120\\text{ minutes}"): "math-verify drops units; we convert between units of one dimension",
+    ("5\\text{ m}", "5\\text{ cm}"): "math-verify drops units, so 5 m is 5 cm; we compare them",
+    ("2\\text{ kg}", "2\\text{ g}"): "math-verify drops units, so 2 kg is 2 g; we compare them",
+    ("2\\text{ hours}", "2\\text{ minutes}"): "math-verify drops units, so 2 hours is 2 minutes; we compare them",
+    ("5\\text{ kg}", "5\\text{ m}"): "math-verify drops units; a mass is not a length",
+    ("4s", "4"): (
+        "math-verify drops a unit letter written against the number; we keep it unless the gold has a time unit"
+    ),
+    ("\\cos 30^\\circ", "\\frac{\\sqrt{3}}{2}"): "math-verify drops the degree sign, reading cos(30 radians)",
+    ("\\cos 30^\\circ", "\\cos 30"): "math-verify drops the degree sign, reading cos(30 radians) on both sides",
+    ("x>3", "(3,\\infty)"): "math-verify does not read an inequality as the set it describes; we do",
+    ("x\\geq 3", "[3,\\infty)"): "math-verify does not read an inequality as the set it describes; we do",
+    ("1<x<2", "(1,2)"): "math-verify does not read an inequality as the set it describes; we do",
+    ("0.\\overline{3}", "\\frac{1}{3}"): "math-verify cannot parse \\overline; we read the fraction it stands for",
+    ("\\varnothing", "\\emptyset"): "math-verify parses \\varnothing as a variable; it is the empty set",
+    ("z1+z2", "z_1+z_2"): "math-verify reads z1 as z times 1; we read it as the name z_1",
+    ("3x-2108z1", "3x-2108z"): "math-verify reads z1 as z times 1, so it equals z; we read it as the name z_1",
 }
 
-# Pairs where both checkers miss the right verdict, with the reason.
-KNOWN_BOTH_WRONG = {
-    ("e^{i\\pi}", "-1"): "both parse e and i as free symbols, so Euler's identity is not recognised",
-}
+# Pairs where both checkers miss the right verdict, with the reason. Empty: none at present.
+KNOWN_BOTH_WRONG: dict[tuple[str, str], str] = {}
 
 
 def math_verify_equal(pred: str, ref: str) -> bool:
@@ -170,7 +229,7 @@ def math_verify_equal(pred: str, ref: str) -> bool:
 
 
 def test_case_set_is_large_enough():
-    assert len(EQUAL) + len(UNEQUAL) >= 100
+    assert len(EQUAL) + len(UNEQUAL) >= 165
     assert len(set(EQUAL + UNEQUAL)) == len(EQUAL) + len(UNEQUAL)
 
 
