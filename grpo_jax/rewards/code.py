@@ -5,9 +5,12 @@ Two test formats, the two that the common datasets use:
   the program's functions. With `sample["entry_point"]`, `check(<entry_point>)` is called afterwards,
   as in HumanEval; MBPP-style lists of `assert` lines work without it. The tests run in a separate,
   clean sandboxed process that sees the program's functions as stubs: each call is answered by the
-  program's process with a plain-data value (None, bool, numbers, str, bytes, and lists, tuples,
-  sets, frozensets, dicts of them; anything else fails the case), so no object of the program's,
-  and nothing it patched, takes part in the comparisons (see `sandbox.py`, docs/sandbox.md).
+  program's process with a plain-data value (None, bool, numbers, str, bytes, Fraction, Decimal,
+  range, and the builtin and `collections` containers of them; an iterator is read lazily; anything
+  else fails the case), so no object of the program's, and nothing it patched, takes part in the
+  comparisons. Arguments changed in place, identity and aliasing cross as in one interpreter; a
+  function named like a builtin is the program's when it is the function under test (see `sandbox.py`,
+  docs/sandbox.md).
 - `sample["io"]`: a list of `{"input": str, "output": str}` cases; the program reads stdin, and its
   stdout is compared line by line (trailing whitespace and trailing blank lines ignored) in *this*
   process, so nothing the program prints can fake a pass.
@@ -26,7 +29,9 @@ from grpo_jax.rewards.base import MissingFieldError, RewardInputError, RewardRes
 from grpo_jax.rewards.format import split_response
 from grpo_jax.rewards.sandbox import Isolation, Limits, SandboxResult, run_program
 
-CODE_VERSION = "2"  # 2: the tests run in their own process against plain-data results (nothing the program patches
+CODE_VERSION = "3"  # 3: builtin-named functions under test, exceptions that cannot act as control flow, arguments
+# changed in place and identity written back, main blocks, stderr, stdin by path, numpy, generators (docs/sandbox.md)
+# 2: the tests run in their own process against plain-data results (nothing the program patches
 # in its own process, builtins, exec or the harness, can make a test pass; see the module docstring)
 
 _FENCE_RE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)

@@ -1,12 +1,15 @@
 """Run untrusted, model-written Python in a separate, confined process, and a bounded pool of them.
 
 Model-written code never runs in the calling (trainer) process. Each run is a fresh interpreter
-(`python -S -s -P`, no site-packages) started through the trusted harness `_sandbox_runner.py`, with:
+(`python -S -s -P`, no site-packages; the harness finds the allowed third-party packages, numpy, at
+their own directories) started through the trusted harness `_sandbox_runner.py`, with:
 
 - a fresh temporary directory as cwd, removed afterwards; an environment holding only PYTHONHASHSEED=0
-  and PYTHONUTF8=1 (so output is deterministic), nothing inherited from the parent;
+  and PYTHONUTF8=1 (so output is deterministic) and OPENBLAS_NUM_THREADS=OMP_NUM_THREADS=1 (numpy's
+  BLAS in one thread), nothing inherited from the parent;
 - rlimits: CPU seconds, address space, process count, file size, open files, no core dumps;
-- a wall-clock limit and a cap on stdout/stderr, after which the whole process group is SIGKILLed;
+- a wall-clock limit and caps on stdout (1 MiB) and stderr (16 MiB, of which the last 64 KiB are kept),
+  after which the whole process group is SIGKILLed; stdin is a file the code may also open by path;
 - isolation layers, each used when this machine allows it (`capabilities()` says which):
   * `net_namespace` / `pid_namespace`: `unshare --net --pid --fork --kill-child` (as root, else in a
     user namespace). No network interfaces but a down loopback; the sandbox is PID 1 of its own
@@ -15,9 +18,9 @@ Model-written code never runs in the calling (trainer) process. Each run is a fr
   * `drop_uid` (when started as root): the code runs as a fresh unprivileged uid, so it cannot
     signal, ptrace or read the environment of the caller, write outside world-writable directories,
     and RLIMIT_NPROC (which root ignores) bounds fork bombs;
-  * `landlock`: writes only inside the temp dir, reads only the stdlib and system libraries (so not
-    the dataset with the reference answers), no TCP bind/connect, and (ABI >= 6) no signals to
-    processes outside the sandbox;
+  * `landlock`: writes only inside the temp dir, reads only the stdlib, system libraries, the allowed
+    packages and stdin (so not the dataset with the reference answers), no TCP bind/connect, and
+    (ABI >= 6) no signals to processes outside the sandbox;
   * `seccomp`: `socket()` and `io_uring_setup()` fail with EACCES (the fallback "block sockets" layer);
     the calls that change a file's mode, owner, times, extended attributes or inode flags (chmod,
     chown, utime families, *xattr, FS_IOC_SETFLAGS) and those that reach another process's memory
@@ -25,22 +28,26 @@ Model-written code never runs in the calling (trainer) process. Each run is a fr
     without the uid drop they would reach the caller's own files.
 
 Test mode runs two sandboxed processes joined by two pipes: the solution's, which runs the program and
-then answers calls to its functions with plain data (None, bool, int, float, complex, str, bytes,
-and lists, tuples, sets, frozensets and dicts of them; anything else fails the call), and the tests',
-a fresh interpreter that never loads the solution and runs the tests against local stubs of its
-functions. The pass is decided there: it writes a per-run random nonce, which only it is given, to a
-pipe only it holds, after the tests and `check(entry_point)` returned normally and no call failed. So
-what the solution does inside its own interpreter (patched builtins, import hooks, frame walking, gc,
-trace hooks, objects with rigged comparisons) cannot reach anything the verdict depends on. What
-remains possible is described in docs/sandbox.md (a wrong answer the tests do not catch; helpers the
-tests take from the solution, as in some HumanEval tasks; weaker process separation when no uid is
-dropped and Landlock is absent).
+then answers calls to its functions with plain data (None, bool, numbers, str, bytes, Fraction,
+Decimal, range, and lists, tuples, sets, frozensets, dicts, OrderedDicts, Counters, defaultdicts,
+deques and bytearrays of them; an iterator stays there and its items are fetched as the tests take
+them; anything else fails the call), and the tests', a fresh interpreter that never loads the solution
+and runs the tests against local stubs of its functions. Aliasing, identity with the arguments and the
+arguments' changes in place cross too, so a call behaves as in one interpreter (docs/sandbox.md). The
+pass is decided in the tests' process: it writes a per-run random nonce, which only it is given, to a
+pipe only it holds, after the tests and `check(entry_point)` returned normally, no call failed and at
+least one was made. So what the solution does inside its own interpreter (patched builtins, import
+hooks, frame walking, gc, trace hooks, objects with rigged comparisons, forged replies) cannot reach
+anything the verdict depends on. What remains possible is described in docs/sandbox.md (a wrong
+answer the tests do not catch; helpers the tests take from the solution, as in some HumanEval tasks;
+weaker process separation when no uid is dropped and Landlock is absent).
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import importlib.util
 import marshal
 import os
 import platform
@@ -65,7 +72,10 @@ _PEER_GONE = 122
 _CPU_LIMIT_EXIT = 152
 _LAYERS = ("net_namespace", "pid_namespace", "drop_uid", "landlock", "seccomp")
 _SYSTEM_READ_PATHS = ("/usr", "/lib", "/lib32", "/lib64", "/bin", "/etc/ld.so.cache")
-_ENV = {"PYTHONHASHSEED": "0", "PYTHONUTF8": "1"}
+# Deterministic output; numpy's BLAS in one thread (RLIMIT_NPROC and RLIMIT_CPU count every thread).
+_ENV = {"PYTHONHASHSEED": "0", "PYTHONUTF8": "1", "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+_STDERR_KEPT = 64 << 10  # the tail of a process's stderr that is kept (tracebacks end there)
+_PACKAGES = ("numpy",)  # third-party packages sandboxed code may import, when installed here
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -80,7 +90,7 @@ class Limits:
     memory_mb: int = 512  # address space per process (RLIMIT_AS)
     max_processes: int = 16  # RLIMIT_NPROC for the sandbox uid (bounds fork bombs)
     max_output_bytes: int = 1 << 20  # stdout cap; exceeding it kills the run ("output_limit")
-    max_stderr_bytes: int = 64 << 10  # stderr cap, same treatment
+    max_stderr_bytes: int = 16 << 20  # stderr cap, same treatment (only the last 64 KiB are kept)
     max_file_bytes: int = 16 << 20  # RLIMIT_FSIZE: largest file the code may write
     max_open_files: int = 64  # RLIMIT_NOFILE
 
@@ -218,6 +228,26 @@ def _failed_layer(stderr: str) -> str | None:
     return None
 
 
+@functools.lru_cache(maxsize=1)
+def _packages() -> tuple[dict[str, str], tuple[str, ...]]:
+    """({name: directory}, read paths) of the allowed third-party packages installed here. The sandbox
+    runs without site-packages; the harness finds each of these at its directory, and Landlock lets
+    it read that directory and the libraries bundled with the wheel (`numpy.libs`), nothing else there."""
+    found: dict[str, str] = {}
+    paths: list[str] = []
+    for name in _PACKAGES:
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            continue
+        locations = list(spec.submodule_search_locations or []) if spec is not None else []
+        if len(locations) != 1 or not os.path.isdir(locations[0]):
+            continue
+        found[name] = os.path.realpath(locations[0])
+        paths += [p for p in (found[name], found[name] + ".libs") if os.path.isdir(p)]
+    return found, tuple(paths)
+
+
 # ------------------------------------------------------------------------------------ one run
 
 
@@ -245,10 +275,12 @@ class _Output:
 
     def __init__(self, procs: list[subprocess.Popen], limits: Limits) -> None:
         self.procs = procs
-        self.caps = {}
+        self.caps, self.tails = {}, set()  # tails: streams of which the last _STDERR_KEPT bytes are kept
         for proc in procs:
             self.caps[proc.stdout], self.caps[proc.stderr] = limits.max_output_bytes, limits.max_stderr_bytes
+            self.tails.add(proc.stderr)
         self.data = {stream: bytearray() for stream in self.caps}
+        self.counts = {stream: 0 for stream in self.caps}
         self.open = set(self.caps)
         for stream in self.caps:
             os.set_blocking(stream.fileno(), False)
@@ -275,17 +307,20 @@ class _Output:
         return None
 
     def _read_chunk(self, stream: object) -> bool:
-        """One read from `stream` (marking EOF); True when it went past the cap."""
+        """One read from `stream` (marking EOF); True when the stream went past its cap. stdout keeps
+        its first `cap` bytes, stderr its last _STDERR_KEPT."""
         chunk = os.read(stream.fileno(), 1 << 16)  # type: ignore[attr-defined]
         if not chunk:
             self.open.discard(stream)
             return False
         buf, cap = self.data[stream], self.caps[stream]
-        buf += chunk[: max(0, cap - len(buf) + 1)]
-        if len(buf) > cap:
-            del buf[cap:]
-            return True
-        return False
+        count = self.counts[stream] = self.counts[stream] + len(chunk)
+        if stream in self.tails:
+            buf += chunk
+            del buf[: max(0, len(buf) - _STDERR_KEPT)]
+        else:
+            buf += chunk[: max(0, cap - len(buf))]
+        return count > cap
 
     def texts(self) -> tuple[list[str], list[str]]:
         """(stdouts, stderrs), one per process, decoded."""
@@ -364,7 +399,8 @@ def _job(role: str, payload: dict, limits: Limits, layers: dict, caps: dict, uid
             "layers": layers,
             "landlock_abi": caps.get("landlock_abi", 0),
             "machine": caps.get("machine", ""),
-            "read_paths": [p for p in _SYSTEM_READ_PATHS if os.path.exists(p)],
+            "read_paths": [p for p in _SYSTEM_READ_PATHS + _packages()[1] if os.path.exists(p)],
+            "packages": _packages()[0],
             "limits": {
                 "cpu_s": limits.cpu_s,
                 "memory_bytes": int(limits.memory_mb) << 20,
@@ -377,11 +413,12 @@ def _job(role: str, payload: dict, limits: Limits, layers: dict, caps: dict, uid
 
 
 def _spawn(
-    workdir: str, job: bytes, stdin: str, fds: tuple[int, int, int], layers: dict, caps: dict
+    workdir: str, job: bytes, stdin: str, fds: tuple[int, int, int], layers: dict, caps: dict, uid: int | None
 ) -> subprocess.Popen:
     """Start the harness with `fds` = (marker, channel in, channel out), -1 where the role has none.
     The job and stdin go through unlinked temporary files: no path to find them by, no pipe to block
-    on, and the harness closes the job fd before any user code."""
+    on, and the harness closes the job fd before any user code. The stdin file belongs to the run's
+    uid, so the code can also reopen it by path (/dev/stdin, /proc/self/fd/0)."""
     ns = layers["net_namespace"] or layers["pid_namespace"]
     user = bool(caps["user_namespace"])
     prefix = _unshare_prefix(layers["net_namespace"], layers["pid_namespace"], user, str(caps["unshare"])) if ns else []
@@ -390,6 +427,8 @@ def _spawn(
         job_file.seek(0)
         stdin_file.write(stdin.encode("utf-8", "surrogatepass"))
         stdin_file.seek(0)
+        if uid is not None:
+            os.fchown(stdin_file.fileno(), uid, uid)
         job_fd = job_file.fileno()
         return subprocess.Popen(
             prefix + _interpreter_args() + [str(job_fd)] + [str(fd) for fd in fds],
@@ -413,7 +452,7 @@ def _start(
     try:
         if uid is not None:
             os.chown(workdir, uid, uid)
-        proc = _spawn(workdir, _job(role, payload, limits, layers, caps, uid), stdin, fds, layers, caps)
+        proc = _spawn(workdir, _job(role, payload, limits, layers, caps, uid), stdin, fds, layers, caps, uid)
     except BaseException:
         _remove_tree(workdir)
         raise

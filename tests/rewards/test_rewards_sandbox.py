@@ -74,6 +74,20 @@ def test_wall_limit_and_output_cap():
     assert r.status == "output_limit" and len(r.stdout) <= 1000
 
 
+def test_stderr_keeps_its_tail_and_has_a_high_cap():
+    """A chatty program is not stopped at 64 KiB of stderr; the end (where a traceback is) is kept."""
+    r = run_program("import sys\nsys.stderr.write('x' * 300_000 + 'END')\nprint('done')")
+    assert (r.status, r.stdout) == ("ok", "done\n") and r.stderr.endswith("xEND")
+    r = run_program("import sys\nsys.stderr.write('y' * 5000)", limits=Limits(max_stderr_bytes=1000))
+    assert r.status == "output_limit"
+
+
+def test_stdin_can_be_reopened_by_path():
+    for path in ("/dev/stdin", "/proc/self/fd/0"):
+        r = run_program(f"print(open({path!r}).read().upper())", stdin="abc")
+        assert (r.status, r.stdout) == ("ok", "ABC\n"), r.stderr
+
+
 def test_cpu_limit_counts_cpu_not_wall():
     r = run_program("while True:\n    pass", limits=Limits(wall_s=10.0, cpu_s=1.0))
     assert r.status in ("cpu_limit", "killed") and r.wall_s < 5.0

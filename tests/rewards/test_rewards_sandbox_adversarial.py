@@ -240,6 +240,57 @@ def test_fake_pass_marker():
     assert score == 0.0 and info["reason"] == "error"  # the tests ran and failed
 
 
+FORGE_REPLY = """\
+import sys
+_harness = sys._getframe(1).f_globals  # the solution's harness, which it controls
+_harness['_answer'] = lambda namespace, request, iterators: {reply!r}
+def f(xs, t):
+    return 5  # wrong: only a forged reply can answer 4
+"""
+FORGED_REPLIES = {
+    # each carries the right answer 4, with something the tests' process must refuse
+    "state-for-no-argument": ["ok", ["I", "4"], [[5, ["L", []]]]],
+    "state-for-a-tuple": ["ok", ["I", "4"], [[1, ["T", []]]]],
+    "state-of-another-kind": ["ok", ["I", "4"], [[0, ["D", []]]]],
+    "state-twice": ["ok", ["I", "4"], [[0, ["L", []]], [0, ["L", []]]]],
+    "argument-out-of-range": ["ok", ["T", [["I", "4"], ["A", 7]]], []],
+    "reference-to-itself": ["ok", ["T", [["I", "4"], ["L", [["R", 1]]]]], []],
+    "set-with-equal-elements": ["ok", ["T", [["I", "4"], ["E", [["I", "1"], ["I", "1"]]]]], []],
+    "exception-of-no-builtin-class": ["raise", ["X", "NotABuiltin", "m", None], []],
+    "iterator-that-does-not-exist": ["ok", ["T", [["I", "4"], ["G", 99]]], []],
+}
+FORGED_TESTS = """\
+def check(c):
+    try:
+        r = c([1], (2,))
+    except Exception:  # an exception passes too, so only the harness can fail the forged one
+        r = 4
+    r = r if isinstance(r, tuple) else (r,)
+    assert r[0] == 4
+    for part in r[1:]:
+        if hasattr(part, '__next__'):
+            list(part)
+"""
+
+
+@pytest.mark.parametrize("forged", sorted(FORGED_REPLIES))
+def test_forged_replies_are_refused(forged):
+    """The solution's process can send any reply; the tests' process accepts only well-formed ones,
+    writes back only into the call's own changeable arguments, and fails the case otherwise."""
+    body = FORGE_REPLY.format(reply=FORGED_REPLIES[forged])
+    result = code_reward("<think>x</think>```python\n" + body + "```", {"tests": FORGED_TESTS, "entry_point": "f"})
+    assert result.score == 0.0, result.info
+    assert "sandbox_call_failed" in result.info["results"][0]["stderr_tail"], result.info
+
+
+def test_a_well_formed_forged_reply_is_just_an_answer():
+    """The control for the test above: the forged route is in use (the real `f` is wrong), and a
+    well-formed reply through it passes."""
+    body = FORGE_REPLY.format(reply=["ok", ["I", "4"], [[0, ["L", [["I", "1"]]]]]])
+    result = code_reward("<think>x</think>```python\n" + body + "```", {"tests": FORGED_TESTS, "entry_point": "f"})
+    assert result.score == 1.0, result.info
+
+
 def test_defences_do_not_reject_honest_code():
     score, info, _ = attack("import math, collections, json\ndef square(x):\n    return math.prod([x, x])\n")
     assert score == 1.0, info

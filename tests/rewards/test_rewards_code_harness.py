@@ -1,0 +1,337 @@
+"""The two-process test harness of the code reward behaves as one interpreter would, where that matters.
+
+The tests run in their own process against stubs of the program's functions (see docs/sandbox.md).
+These tests pin the places where that separation must not show: a function named like a builtin is the
+program's own; an exception from the program cannot act as control flow, nor be swallowed, in the
+tests' process; arguments changed in place, identity, ordered containers and set order come back as
+they are; a main block, stderr, stdin by path, numpy, Fractions and generators work as in one
+interpreter. Each wrong program here must score 0 and each right one 1, in every test format that
+applies (HumanEval `check(candidate)`, an MBPP list of asserts, assert lines in one string).
+"""
+
+import importlib.util
+import textwrap
+
+import pytest
+
+from grpo_jax.rewards import code_reward
+
+
+def score(body: str, sample: dict) -> tuple[float, dict]:
+    result = code_reward("<think>x</think>```python\n" + body + "```", sample, wall_s=4.0)
+    return result.score, dict(result.info)
+
+
+def formats(name: str, lines: list[str], setup: str = "") -> dict[str, dict]:
+    """The same assertions on `name` (written as `{f}`) in the three function-call formats."""
+    body = "".join(textwrap.indent(line.format(f="candidate"), "    ") + "\n" for line in lines)
+    return {
+        "humaneval": {"tests": setup + "def check(candidate):\n" + body, "entry_point": name},
+        "mbpp": {"tests": [setup + line.format(f=name) for line in lines]},
+        "assert-lines": {"tests": setup + "".join(line.format(f=name) + "\n" for line in lines)},
+    }
+
+
+def stderr_of(info: dict) -> str:
+    return "".join(r.get("stderr_tail", "") for r in info.get("results", []))
+
+
+# ------------------------------------------------------------------ a function named like a builtin
+
+SUM = formats("sum", ["assert {f}([1, 2]) == 3", "assert {f}([]) == 0"])
+ROUND = formats("round", ["assert {f}(2.5) == 3", "assert {f}(3.5) == 4"])
+
+
+@pytest.mark.parametrize("fmt", sorted(SUM))
+def test_a_wrong_function_named_like_a_builtin_is_called_and_fails(fmt):
+    value, info = score("def sum(xs):\n    return 12345\n", SUM[fmt])
+    assert value == 0.0, info
+    right_sum = "def sum(xs):\n    total = 0\n    for x in xs:\n        total += x\n    return total\n"
+    right, info = score(right_sum, SUM[fmt])
+    assert right == 1.0, info
+
+
+@pytest.mark.parametrize("fmt", sorted(ROUND))
+def test_a_right_function_named_like_a_builtin_is_the_one_tested(fmt):
+    """Half-up rounding where the builtin rounds half to even: only the program's round passes."""
+    value, info = score("import math\ndef round(x):\n    return math.floor(x + 0.5)\n", ROUND[fmt])
+    assert value == 1.0, info
+
+
+def test_a_program_that_defines_nothing_does_not_pass_a_builtin_named_task():
+    value, info = score("pass\n", SUM["mbpp"])
+    assert value == 0.0 and "never called the program" in stderr_of(info), info
+    value, info = score("pass\n", SUM["humaneval"])
+    assert value == 0.0 and "does not define sum()" in stderr_of(info), info
+
+
+@pytest.mark.parametrize("fmt", ["mbpp", "assert-lines"])
+def test_a_builtin_the_tests_judge_with_stays_the_real_one(fmt):
+    """`abs(square(x) - y)`: the tests call `square`, so the program's `abs` does not replace the judge."""
+    sample = formats("square", ["assert abs({f}(2) - 4) < 1e-9", "assert abs({f}(-3) - 9) < 1e-9"])[fmt]
+    value, info = score("abs = lambda x: 0\ndef square(x):\n    return x + 2\n", sample)
+    assert value == 0.0, info
+    honest, info = score("def abs(x):\n    return -x if x < 0 else x\ndef square(x):\n    return x * x\n", sample)
+    assert honest == 1.0, info
+
+
+def test_a_builtin_judging_a_builtin_named_function_stays_the_real_one():
+    """`abs(sum(xs) - 3)`: `abs` judges the result of the program's `sum`, so redefining it does not help."""
+    sample = {"tests": ["assert abs(sum([1, 2]) - 3) < 1e-9", "assert abs(sum([]) - 0) < 1e-9"]}
+    value, info = score("abs = lambda x: 0\ndef sum(xs):\n    return 12345\n", sample)
+    assert value == 0.0, info
+    right = "def abs(x):\n    return -x if x < 0 else x\n"
+    right += "def sum(xs):\n    return 0 if not xs else xs[0] + sum(xs[1:])\n"
+    honest, info = score(right, sample)
+    assert honest == 1.0, info
+
+
+# ------------------------------------------------------------------ exceptions from the program
+
+STOP_ITERATION_TESTS = {
+    "all-map": "assert all(map({f}, [2, 4, 6]))",
+    "any-map": "assert not any(map({f}, [2, 4, 6]))",
+    "next-default": "assert next(map({f}, [1]), True)",
+    "iter-sentinel": "assert list(iter(lambda: {f}(0), 1)) == []",
+}
+
+
+@pytest.mark.parametrize("fmt", sorted(SUM))
+@pytest.mark.parametrize("case", sorted(STOP_ITERATION_TESTS))
+def test_stop_iteration_from_the_program_is_a_failure_not_the_end_of_a_loop(case, fmt):
+    sample = formats("is_even", [STOP_ITERATION_TESTS[case]])[fmt]
+    value, info = score("def is_even(n):\n    raise StopIteration\n", sample)
+    assert value == 0.0 and "is_even() raised StopIteration" in stderr_of(info), info
+
+
+BASE_EXCEPTIONS = {
+    "SystemExit": "raise SystemExit(0)",
+    "KeyboardInterrupt": "raise KeyboardInterrupt",
+    "GeneratorExit": "raise GeneratorExit",
+    "custom": "raise type('Quiet', (BaseException,), {})()",
+}
+
+
+@pytest.mark.parametrize("fmt", sorted(SUM))
+@pytest.mark.parametrize("error", sorted(BASE_EXCEPTIONS))
+def test_a_base_exception_from_the_program_is_recorded_even_if_the_tests_swallow_it(error, fmt):
+    sample = formats("f", ["try:\n    {f}(1)\nexcept BaseException:\n    pass"])[fmt]
+    value, info = score(f"def f(x):\n    {BASE_EXCEPTIONS[error]}\n", sample)
+    assert value == 0.0 and "f() raised" in stderr_of(info), info
+    honest, info = score("def f(x):\n    return x\n", sample)
+    assert honest == 1.0, info
+
+
+def test_the_programs_exception_classes_are_caught_by_their_builtin_bases():
+    """`class BadInput(ValueError)` is caught by `except ValueError`, with its message and name."""
+    program = (
+        "class BadInput(ValueError):\n    pass\n"
+        "def f(x):\n    if x < 0:\n        raise BadInput('negative', x)\n    return x\n"
+    )
+    tests = (
+        "def check(c):\n    try:\n        c(-1)\n    except ValueError as e:\n"
+        "        assert type(e).__name__ == 'BadInput' and e.args == ('negative', -1)\n"
+        "    else:\n        assert False\n"
+    )
+    value, info = score(program, {"tests": tests, "entry_point": "f"})
+    assert value == 1.0, info
+
+
+# ------------------------------------------------------------------ mutation, identity, order
+
+SORT_COPY = formats("f", ["a = [3, 1, 2]\nb = {f}(a)\nassert b == [1, 2, 3] and a == [3, 1, 2]"])
+NOT_SAME = formats("f", ["a = [3, 1, 2]\nb = {f}(a)\nassert b == a and b is not a"])
+SORT_IN_PLACE = formats("f", ["a = [3, 1, 2]\nassert {f}(a) is None and a == [1, 2, 3]"])
+
+
+@pytest.mark.parametrize("fmt", sorted(SORT_COPY))
+def test_a_program_that_mutates_its_argument_is_seen_to(fmt):
+    value, info = score("def f(xs):\n    xs.sort()\n    return xs\n", SORT_COPY[fmt])
+    assert value == 0.0, info
+    honest, info = score("def f(xs):\n    return sorted(xs)\n", SORT_COPY[fmt])
+    assert honest == 1.0, info
+
+
+@pytest.mark.parametrize("fmt", sorted(NOT_SAME))
+def test_returning_the_argument_gives_back_the_callers_own_object(fmt):
+    value, info = score("def f(xs):\n    return xs\n", NOT_SAME[fmt])
+    assert value == 0.0, info
+    honest, info = score("def f(xs):\n    return list(xs)\n", NOT_SAME[fmt])
+    assert honest == 1.0, info
+
+
+@pytest.mark.parametrize("fmt", sorted(SORT_IN_PLACE))
+def test_an_in_place_function_changes_the_callers_object(fmt):
+    value, info = score("def f(xs):\n    xs.sort()\n", SORT_IN_PLACE[fmt])
+    assert value == 1.0, info
+    wrong, info = score("def f(xs):\n    xs = sorted(xs)\n", SORT_IN_PLACE[fmt])
+    assert wrong == 0.0, info
+
+
+IN_PLACE_TASKS = [
+    # (program, tests): changes in place, nested, aliased, before an exception, of every mutable kind
+    ("def f(d):\n    d['k'].append(1)\n    d['new'] = d['k']\n",
+     "x = {'k': []}\ninner = x['k']\nf(x)\nassert x == {'k': [1], 'new': [1]} and x['new'] is inner is x['k']\n"),
+    ("def f(a, b):\n    a.append(1)\n    return len(b)\n",
+     "x = [0]\nassert f(x, x) == 2 and x == [0, 1]\n"),
+    ("def f(xs):\n    xs.append(1)\n    raise ValueError('late')\n",
+     "x = []\ntry:\n    f(x)\nexcept ValueError:\n    pass\nassert x == [1]\n"),
+    ("def f(xs):\n    xs.append(xs)\n",
+     "x = []\nf(x)\nassert x[0] is x\n"),
+    ("def f(s, b, q, od):\n    s.add(3)\n    b.extend(b'z')\n    q.appendleft(0)\n    od.move_to_end('a')\n",
+     "import collections\n"
+     "s, b, q, od = {1}, bytearray(b'y'), collections.deque([1]), collections.OrderedDict(a=1, b=2)\n"
+     "f(s, b, q, od)\nassert s == {1, 3} and b == b'yz' and list(q) == [0, 1] and list(od) == ['b', 'a']\n"),
+    ("def f(t):\n    t[0].append(1)\n    return t\n",
+     "x = ([],)\nassert f(x) is x and x[0] == [1]\n"),
+    ("def f(xs):\n    return [xs[0], xs[0]]\n",
+     "x = [[1]]\nr = f(x)\nassert r[0] is x[0] and r[1] is x[0]\n"),
+    ("def f(n):\n    row = [0] * n\n    return [row, row]\n",
+     "r = f(2)\nr[0][0] = 5\nassert r[1][0] == 5\n"),
+]
+
+
+@pytest.mark.parametrize("program, tests", IN_PLACE_TASKS, ids=range(len(IN_PLACE_TASKS)))
+def test_changes_aliases_and_identity_cross_as_in_one_interpreter(program, tests):
+    value, info = score(program, {"tests": tests})
+    assert value == 1.0, info
+
+
+def test_an_ordered_dict_keeps_its_order():
+    sample = {"tests": "import collections\nassert f() == collections.OrderedDict([(1, 'a'), (2, 'b')])\n"}
+    program = "import collections\ndef f():\n    return collections.OrderedDict([{}, {}])\n"
+    wrong, info = score(program.format("(2, 'b')", "(1, 'a')"), sample)
+    assert wrong == 0.0, info
+    right, info = score(program.format("(1, 'a')", "(2, 'b')"), sample)
+    assert right == 1.0, info
+
+
+SET_AFTER_DELETIONS = "s = set(range(32))\nfor i in range(2, 32):\n    s.discard(i)\ns.discard(0)\ns.add(8)\n"
+
+
+def test_a_set_iterates_in_the_programs_order():
+    """A set that grew, then lost elements, iterates in an order a fresh set of its elements does not."""
+    program = "def f():\n" + textwrap.indent(SET_AFTER_DELETIONS, "    ") + "    return s\n"
+    tests = SET_AFTER_DELETIONS + "assert list(set([1, 8])) != list(s)\nassert list(f()) == list(s) and f() == {1, 8}\n"
+    tests += "assert repr(f()) == repr(s) and isinstance(f(), set)\n"
+    value, info = score(program, {"tests": tests})
+    assert value == 1.0, info
+
+
+def test_collections_keep_their_type():
+    program = (
+        "import collections\ndef f():\n"
+        "    return collections.Counter(a=1, b=0), collections.defaultdict(list, x=[1]), collections.deque([1], 3)\n"
+    )
+    tests = (
+        "import collections\nc, d, q = f()\nassert c == collections.Counter(a=1) and c.most_common(1) == [('a', 1)]\n"
+        "assert d['missing'] == [] and q.maxlen == 3 and isinstance(q, collections.deque)\n"
+    )
+    value, info = score(program, {"tests": tests})
+    assert value == 1.0, info
+
+
+# ------------------------------------------------------------------ Fractions, generators, ranges
+
+def test_fractions_decimals_and_ranges_round_trip():
+    program = (
+        "from fractions import Fraction\nfrom decimal import Decimal\n"
+        "def f(x):\n    return Fraction(x, 3), Decimal('0.10'), range(2), x\n"
+    )
+    tests = (
+        "from fractions import Fraction\nfrom decimal import Decimal\n"
+        "q, d, r, x = f(Fraction(1, 2))\n"
+        "assert q == Fraction(1, 6) and isinstance(q, Fraction) and x == Fraction(1, 2)\n"
+        "assert str(d) == '0.10' and list(r) == [0, 1] and r == range(2)\n"
+    )
+    value, info = score(program, {"tests": tests})
+    assert value == 1.0, info
+
+
+GENERATOR_TASKS = [
+    ("def f(n):\n    for i in range(n):\n        yield i * i\n",
+     "import types\nassert list(f(4)) == [0, 1, 4, 9] and isinstance(f(1), types.GeneratorType)\n"),
+    ("import itertools\ndef f():\n    return itertools.count(5)\n",
+     "import itertools\nassert list(itertools.islice(f(), 3)) == [5, 6, 7]\n"),
+    ("def f(n):\n    yield n\n    raise ValueError('after one')\n",
+     "g = f(7)\nassert next(g) == 7\n"
+     "try:\n    next(g)\nexcept ValueError as e:\n    assert str(e) == 'after one'\nelse:\n    assert False\n"),
+    ("def f(xs):\n    while xs:\n        yield xs.pop()\n",
+     "a = [1, 2, 3]\nassert list(f(a)) == [3, 2, 1] and a == []\n"),
+    ("def f(n):\n    return map(str, range(n))\n", "assert list(f(3)) == ['0', '1', '2']\n"),
+]
+
+
+@pytest.mark.parametrize("program, tests", GENERATOR_TASKS, ids=["squares", "endless", "raises", "pops", "map"])
+def test_generators_and_iterators_are_consumed_lazily_in_the_programs_process(program, tests):
+    value, info = score(program, {"tests": tests})
+    assert value == 1.0, info
+
+
+def test_a_wrong_generator_still_fails():
+    value, info = score("def f(n):\n    yield from range(n + 1)\n", {"tests": "assert list(f(2)) == [0, 1]\n"})
+    assert value == 0.0, info
+
+
+# ------------------------------------------------------------------ main block, stderr, stdin, numpy
+
+MAIN_BLOCKS = {
+    "input": "if __name__ == '__main__':\n    print(square(int(input())))\n",
+    "sys.exit-main": "import sys\ndef main():\n    return 0\nif __name__ == '__main__':\n    sys.exit(main())\n",
+    "unittest": "import unittest\n"
+    "class T(unittest.TestCase):\n    def test(self):\n        self.assertEqual(square(3), 9)\n"
+    "if __name__ == '__main__':\n    unittest.main()\n",
+    "error": "if '__main__' == __name__:\n    raise RuntimeError('driver')\n",
+}
+SQUARE = formats("square", ["assert {f}(2) == 4", "assert {f}(-3) == 9"])
+
+
+@pytest.mark.parametrize("fmt", sorted(SQUARE))
+@pytest.mark.parametrize("block", sorted(MAIN_BLOCKS))
+def test_a_main_block_does_not_fail_a_right_program(block, fmt):
+    right, info = score("def square(x):\n    return x * x\n" + MAIN_BLOCKS[block], SQUARE[fmt])
+    assert right == 1.0, info
+    wrong, info = score("def square(x):\n    return x + 2\n" + MAIN_BLOCKS[block], SQUARE[fmt])
+    assert wrong == 0.0, info
+
+
+def test_what_follows_a_failing_main_block_still_runs():
+    program = "if __name__ == '__main__':\n    input()\ndef square(x):\n    return x * {}\n"
+    value, info = score(program.format("x"), SQUARE["humaneval"])
+    assert value == 1.0, info
+    wrong, info = score(program.format("2"), SQUARE["humaneval"])
+    assert wrong == 0.0 and "main block ended with EOFError" in stderr_of(info), info
+
+
+def test_the_main_block_runs_as_main_with_an_empty_stdin():
+    program = (
+        "import sys\nseen = []\ndef f():\n    return seen\n"
+        "if __name__ == '__main__':\n"
+        "    seen.append(sys.modules['__main__'].f is f)\n    seen.append(sys.stdin.read())\n"
+    )
+    value, info = score(program, {"tests": "assert f() == [True, '']\n"})
+    assert value == 1.0, info
+
+
+def test_lots_of_stderr_is_not_a_failure():
+    program = "import sys\nsys.stderr.write('log line\\n' * 20000)\ndef square(x):\n    return x * x\n"
+    value, info = score(program, SQUARE["humaneval"])
+    assert value == 1.0, info
+
+
+@pytest.mark.parametrize("path", ["/dev/stdin", "/proc/self/fd/0"])
+def test_stdin_can_be_opened_by_path(path):
+    program = f"with open({path!r}) as f:\n    DATA = f.read()\ndef square(x):\n    return x * x + len(DATA)\n"
+    value, info = score(program, SQUARE["humaneval"])
+    assert value == 1.0, info
+    io = {"io": [{"input": "3 4\n", "output": "7\n"}]}
+    value, info = score(f"a, b = map(int, open({path!r}).read().split())\nprint(a + b)\n", io)
+    assert value == 1.0, info
+
+
+@pytest.mark.skipif(importlib.util.find_spec("numpy") is None, reason="numpy is not installed here")
+def test_numpy_is_importable_in_both_processes():
+    program = "import numpy as np\ndef f(xs):\n    return np.sum(np.array(xs)), np.float64(0.5)\n"
+    tests = "import numpy\ntotal, half = f([1, 2, 3])\nassert total == 6 and half == numpy.float64(0.5)\n"
+    value, info = score(program, {"tests": tests})
+    assert value == 1.0, info
