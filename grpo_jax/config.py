@@ -90,9 +90,10 @@ def _check_choice(cls: str, field: str, value: str, known: tuple[str, ...]) -> N
 
 
 def is_finite_number(x) -> bool:
+    """Whether x is a number that is finite as a float (an int beyond float range, e.g. 10**400, is not)."""
     try:
         return math.isfinite(float(x))
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return False
 
 
@@ -408,13 +409,16 @@ class AlarmRule:
         return f"{self.metric} {self.kind}{limit}{extra} for {self.patience} step(s) -> {self.action}"
 
 
-COLLAPSE_RULES = ("entropy_collapse", "group_variance_collapse")  # their action is MonitorConfig.collapse_action
+# Rules whose action is MonitorConfig.collapse_action: the collapses that end learning, and an update that
+# stalls (a zero gradient although there is something to learn).
+COLLAPSE_RULES = ("entropy_collapse", "group_variance_collapse", "stalled_update")
 
 
 def default_rules() -> tuple[AlarmRule, ...]:
-    """Rules worth having on any GRPO run. The two collapses that end learning pause by default
-    (`MonitorConfig.collapse_action` turns them into warnings), as does a persistently non-finite loss;
-    the rest warn, because e.g. a short answer or a clipped ratio is often fine."""
+    """Rules worth having on any GRPO run. The two collapses that end learning and a stalled update pause by
+    default (`MonitorConfig.collapse_action` turns them into warnings), as do a persistently non-finite loss
+    and updates skipped 3 steps running; the rest warn, because e.g. a short answer or a clipped ratio is
+    often fine. `stalled_update` is a figure the trainer derives (`monitor.health_metrics`)."""
     return (
         # entropy collapse (Cui et al. 2025): mean token entropy under a tenth of its start for 5 steps
         AlarmRule("entropy/mean", "below_first_frac", 0.1, action="pause", patience=5, name="entropy_collapse"),
@@ -436,6 +440,10 @@ def default_rules() -> tuple[AlarmRule, ...]:
         AlarmRule("clip_frac_low", "above", 0.2, patience=3),
         AlarmRule("loss", "nonfinite", action="pause", patience=3),  # one NaN step is skipped; three is broken
         AlarmRule("skipped", "nonfinite", 0.0),  # any skipped update
+        # every update skipped (a non-finite loss or gradient) 3 steps running: the policy no longer trains
+        AlarmRule("skipped", "above", 0.0, action="pause", patience=3, name="skipped_updates"),
+        # grad_norm exactly 0 for 5 steps while rewards vary within groups or the policy is uniform
+        AlarmRule("stalled_update", "above", 0.5, action="pause", patience=5, name="stalled_update"),
     )
 
 
@@ -445,12 +453,10 @@ class MonitorConfig:
 
     rules: tuple = dataclasses.field(default_factory=default_rules)  # AlarmRule (or its dict, from JSON)
     history: int = 64  # observations kept per watched metric; must exceed every drop rule's window
-    collapse_action: str = "pause"  # action of the rules named in COLLAPSE_RULES: "pause" or "warn"
+    collapse_action: str = "pause"  # action of COLLAPSE_RULES (the collapses, a stalled update): "pause" or "warn"
 
     def __post_init__(self) -> None:
-        rules = tuple(AlarmRule(**r) if isinstance(r, Mapping) else r for r in self.rules)
-        if not all(isinstance(r, AlarmRule) for r in rules):
-            _fail("MonitorConfig", "rules", "entries must be AlarmRule or dicts of its fields")
+        rules = tuple(_alarm_rule(i, r) for i, r in enumerate(self.rules))
         _check_choice("MonitorConfig", "collapse_action", self.collapse_action, ALARM_ACTIONS)
         rules = tuple(dataclasses.replace(r, action=self.collapse_action) if r.name in COLLAPSE_RULES else r
                       for r in rules)
@@ -462,6 +468,30 @@ class MonitorConfig:
         if not isinstance(self.history, int) or self.history < need:
             _fail("MonitorConfig", "history", f"must be an int >= {need} (largest drop window + 1), "
                                               f"got {self.history!r}")
+
+
+def _alarm_rule(i: int, rule) -> AlarmRule:
+    """monitor.rules[i] as an AlarmRule: an AlarmRule, or a dict of its fields (JSON, --set). A key that is not a
+    field, or a required field left out, is an error naming the rule and the key."""
+    if isinstance(rule, AlarmRule):
+        return rule
+    where = f"rules[{i}]"
+    if not isinstance(rule, Mapping):
+        _fail("MonitorConfig", where, f"must be an AlarmRule or a dict of its fields, got {type(rule).__name__} "
+                                      f"{rule!r:.80}")
+    fields = [f.name for f in dataclasses.fields(AlarmRule)]
+    name = rule.get("name") or rule.get("metric") or "?"
+    unknown = sorted(str(k) for k in rule if k not in fields)
+    if unknown:
+        _fail("MonitorConfig", where, f"rule {name!r}: unknown key(s) {unknown}; AlarmRule's fields: {fields}")
+    missing = [k for k in ("metric", "kind") if k not in rule]
+    if missing:
+        _fail("MonitorConfig", where, f"rule {name!r}: missing key(s) {missing} (every rule names a metric and a "
+                                      f"kind: {', '.join(ALARM_KINDS)})")
+    try:
+        return AlarmRule(**rule)
+    except ValueError as e:
+        raise ValueError(f"MonitorConfig.{where}: rule {name!r}: {e}") from None
 
 
 # --------------------------------------------------------------------------------------------------
@@ -958,3 +988,11 @@ if __name__ == "__main__":  # python -m grpo_jax.config  -> docs/configuration.m
     print("| key | default | meaning |\n|---|---|---|")
     for key, default, comment in config_reference():
         print(f"| `{key}` | `{default}` | {comment.replace('|', '/')} |")
+
+
+def flat_dict(d: dict, prefix: str = "") -> dict:
+    """A nested dict (a config as `to_dict` gives it) with dotted keys: {"optim": {"lr": 1}} -> {"optim.lr": 1}."""
+    out = {}
+    for k, v in d.items():
+        out.update(flat_dict(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v})
+    return out

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import warnings
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -202,22 +201,28 @@ class RewardWeights:
         return raw, hashlib.sha256(raw).hexdigest()
 
     def _parse(self, raw: bytes) -> tuple[dict[str, float], str]:
-        """(weights, "") for a valid file, ({}, problem) otherwise."""
+        """(weights, "") for a valid file, ({}, problem) otherwise; never raises, whatever the file holds
+        (an int beyond float range, 1e400, NaN, Infinity, nesting deeper than the parser's recursion limit).
+        A weight of -0 is 0."""
         try:
             obj = json.loads(raw)
-        except (ValueError, UnicodeDecodeError) as e:
-            return {}, f"not valid JSON ({e})"
+        except (ValueError, UnicodeDecodeError, RecursionError) as e:
+            return {}, f"not valid JSON ({type(e).__name__}: {str(e)[:200]})"
         if not isinstance(obj, dict):
             return {}, f"expected a JSON object {{dimension: weight}}, got {type(obj).__name__}"
         unknown = sorted(set(obj) - set(self.dims))
         if unknown:
             return {}, f"unknown dimensions {unknown}; known: {list(self.dims)}"
+        weights = {}
         for dim, w in obj.items():
-            if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w):
-                return {}, f"weight of {dim!r} must be a finite number, got {w!r}"
-            if w < 0 and dim not in self.cfg.allow_negative and self._base[self.dims.index(dim)] >= 0:
+            if isinstance(w, bool) or not isinstance(w, (int, float)) or not is_finite_number(w):
+                shown = f"an integer of {len(str(abs(w)))} digits" if isinstance(w, int) and not isinstance(
+                    w, bool) else f"{w!r:.80}"
+                return {}, f"weight of {dim!r} must be a finite number (a float), got {shown}"
+            weights[dim] = float(w) + 0.0  # + 0.0: -0 becomes 0
+            if weights[dim] < 0 and dim not in self.cfg.allow_negative and self._base[self.dims.index(dim)] >= 0:
                 return {}, f"weight of {dim!r} must be >= 0, got {w!r} (list it in allow_negative to permit)"
-        return {d: float(w) for d, w in obj.items()}, ""
+        return weights, ""
 
     def state_dict(self) -> dict:
         """The last valid file's weights. The next maybe_reload re-reads the file: unchanged weights give no

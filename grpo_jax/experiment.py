@@ -19,7 +19,7 @@ import os
 import time
 from collections.abc import Callable
 
-from grpo_jax import runlog
+from grpo_jax import monitor, runlock, runlog
 from grpo_jax.cli import parse_args
 from grpo_jax.sft import warm_start
 from grpo_jax.train import Trainer
@@ -59,22 +59,42 @@ class Spec:
     sft: Callable[[bool], dict]  # smoke -> warm-start settings (`sft.warm_start` keywords plus n_valid)
     targets: Targets  # summary -> [(the check as text, whether it holds)]
     figures: Callable[[list[dict], list[dict]], dict] = lambda evals, train: {}  # task-specific report figures
+    problem_figures: Callable[[list[dict]], dict] = lambda rows: {}  # figures of the held-out problems themselves
     caveat: str = ""  # a report section under that heading when not empty
 
 
 def run(argv, *, doc: str, get_config, spec: Spec, clock: Clock) -> dict:
-    """Parse the command line, warm-start (a fresh run) and train, then report; returns the summary."""
+    """Parse the command line, warm-start (a fresh run) and train, then report; returns the summary. The run
+    folder stays locked until the report is written (`runlock`); another run there exits with an error naming
+    it, and a run paused by an alarm exits with `monitor.PAUSE_EXIT_CODE` after its report."""
     args, cfg = parse_args(argv, description=doc, get_config=get_config)
     out = args.out if args.out != "runs/grpo" else spec.default_out
     last_write = runlog.last_write_time(out)  # when an earlier, interrupted process stopped (read before rewriting)
-    trainer = Trainer(cfg, out, resume=args.resume, quiet=args.quiet)
+    try:
+        trainer = Trainer(cfg, out, resume=args.resume, quiet=args.quiet)
+    except runlock.RunLocked as e:  # another run holds the folder: its message, without a traceback
+        raise SystemExit(f"error: {e}") from None
+    hold = trainer.lock.again() if trainer.lock is not None else None  # the trainer's is released by run()
+    try:
+        summary, paused = _train_and_report(trainer, args, cfg, out, spec, clock, last_write)
+    finally:
+        if hold is not None:
+            hold.release()
+    if paused:
+        monitor.exit_paused(out, trainer.step)
+    return summary
+
+
+def _train_and_report(trainer: Trainer, args, cfg, out: str, spec: Spec, clock: Clock,
+                      last_write: float | None) -> tuple[dict, bool]:
+    """The warm start (a fresh run), GRPO, then report.md / report.json; (summary, whether an alarm paused)."""
     first_step = trainer.step
     runlog.open_segment(trainer.logger.out_dir, step=first_step, started_at=clock.wall, last_write=last_write,
                         warm_start=first_step == 0)
     sft = _warm_start(trainer, spec.sft(args.smoke), quiet=args.quiet) if first_step == 0 else {}
-    trainer.run()
+    paused = trainer.run()["paused"]
     if trainer.logger.out_dir != out:  # a multi-process run: process 0 writes the report
-        return {"steps": trainer.step}
+        return {"steps": trainer.step}, paused
     wall_now = time.perf_counter() - clock.perf  # the plots and report below are not counted
     rows = runlog.read_jsonl(os.path.join(out, "metrics.jsonl"))
     events = runlog.read_jsonl(trainer.logger.path("events"))
@@ -86,6 +106,7 @@ def run(argv, *, doc: str, get_config, spec: Spec, clock: Clock) -> dict:
                      "warm_start": first_step == 0, "interrupted": False})
     summary = summarize(rows, sft=sft, seed=cfg.seed, segments=segments, figures=spec.figures,
                         wall=sum(s["wall_seconds"] or 0.0 for s in segments if counted(s)))
+    summary.update(spec.problem_figures(trainer.eval_rows))
     checks = spec.targets(summary)
     sections = [("Targets", "\n".join(f"- [{'x' if ok else ' '}] {text}" for text, ok in checks)),
                 ("Segments (the first process, then each --resume)", segments_section(segments))]
@@ -95,7 +116,7 @@ def run(argv, *, doc: str, get_config, spec: Spec, clock: Clock) -> dict:
     for text, ok in checks:
         print(("PASS " if ok else "MISS ") + text)
     print(f"report: {os.path.join(out, 'report.md')}")
-    return summary
+    return summary, paused
 
 
 def _warm_start(trainer: Trainer, settings: dict, *, quiet: bool) -> dict:

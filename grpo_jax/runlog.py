@@ -6,6 +6,7 @@ Layout of ``out_dir`` (every JSONL row carries ``"step"``; keys sorted; one row 
     timings.jsonl   wall-clock values, kept apart so they cannot break the above
     samples.jsonl   a few completions per step, one row per sample
     events.jsonl    pause, rollback, weight changes, warnings, resume, segments ... (never truncated)
+    run.lock        held by the process running in the folder (``grpo_jax.runlock``), removed when it ends
     interrupted/    logs of a run stopped before its first checkpoint, set aside when one starts over (``set_aside``)
     tb/             TensorBoard event files (scalars of metrics and timings, histograms)
     plots/*.png     ``plot_run``;  report.md / report.json: ``write_report``
@@ -16,7 +17,9 @@ row is left alone) and skips a torn final line, the most a ``kill -9`` can leave
 
 Resuming after step k (``resume_step=k``) drops the rows with step > k from the three step files (atomic
 rewrite) so the resumed stream equals an uninterrupted one, appends a "resume" event, and tells TensorBoard
-to discard its scalars from step k + 1 on (a purge event; old event files are kept).
+to discard its scalars from step k + 1 on (a purge event; old event files are kept). A file ending in a
+partial line (a row cut mid-line) loses that line too; the logger warns and logs a "torn_rows" event with
+the count per file and, when metrics.jsonl no longer reaches step k, the steps that have no row.
 """
 
 from __future__ import annotations
@@ -26,14 +29,14 @@ import json
 import math
 import os
 import time
+import types
 import urllib.parse
+import warnings
 from typing import IO, Any, Callable, Iterable
 
 import numpy as np
-from tensorboardX import FileWriter
-from tensorboardX.proto.event_pb2 import Event, SessionLog
-from tensorboardX.proto.summary_pb2 import HistogramProto, Summary
 from tqdm import tqdm
+from grpo_jax.config import flat_dict
 from grpo_jax.fileio import atomic_write
 
 Row = dict[str, Any]
@@ -63,6 +66,7 @@ class RunLogger:
                  progress: bool = True, resume_step: int | None = None):
         self.out_dir = out_dir
         os.makedirs(out_dir, exist_ok=True)
+        torn = torn_tails(out_dir)  # read before _prepare_files removes them
         dropped = _prepare_files(out_dir, resume_step)
         self._files = {name: open(self.path(name), "a", encoding="utf-8", newline="\n")
                        for name in (*STEP_FILES, "events")}
@@ -71,6 +75,24 @@ class RunLogger:
                      if progress else None)
         if resume_step is not None:
             self.event(resume_step, "resume", dropped_rows=dropped)
+        if torn:
+            self._report_torn(torn, resume_step)
+
+    def _report_torn(self, torn: dict[str, int], resume_step: int | None) -> None:
+        """Warn about, and log as a "torn_rows" event, the partial last lines just dropped: each was a row cut
+        mid-line (a kill during a write, a copy cut short), so the step it held has no row any more."""
+        message = (f"{self.out_dir}: dropped the partial last line (a row cut mid-line) of "
+                   + ", ".join(f"{name}.jsonl" for name in torn))
+        metrics = self.path("metrics")
+        if "metrics" in torn and resume_step is not None:
+            last = max((row["step"] for row in read_jsonl(metrics)), default=None)
+            if last is None or last < resume_step:
+                now = "has no rows" if last is None else f"ends at step {last}"
+                first = 0 if last is None else last + 1
+                message += (f"; metrics.jsonl now {now} and the run continues after step {resume_step}, so steps "
+                            f"{first}..{resume_step} have no metrics row")
+        self.event(resume_step or 0, "torn_rows", rows=torn, message=message)
+        warnings.warn(message, RuntimeWarning, stacklevel=3)
 
     def path(self, name: str) -> str:
         """Path of one JSONL stream: "metrics", "timings", "samples" or "events"."""
@@ -136,8 +158,9 @@ class RunLogger:
     def _add_scalars(self, step: int, values: Row) -> None:
         if self._tb is None:
             return
-        scalars = [Summary.Value(tag=k, simple_value=float(v)) for k, v in values.items() if _is_number(v)]
-        self._tb.add_summary(Summary(value=scalars), global_step=step)
+        summary = _tensorboard().summary_pb2.Summary
+        scalars = [summary.Value(tag=k, simple_value=float(v)) for k, v in values.items() if _is_number(v)]
+        self._tb.add_summary(summary(value=scalars), global_step=step)
 
     def _add_histogram(self, step: int, name: str, edges: list, fractions: list) -> None:
         """A TensorBoard histogram of bin fractions: bucket i covers [edges[i], edges[i + 1])."""
@@ -145,11 +168,12 @@ class RunLogger:
             return
         centres = [(lo + hi) / 2 for lo, hi in zip(edges[:-1], edges[1:])]
         total = float(sum(fractions))
-        histo = HistogramProto(min=float(edges[0]), max=float(edges[-1]), num=total,
+        protos = _tensorboard().summary_pb2
+        histo = protos.HistogramProto(min=float(edges[0]), max=float(edges[-1]), num=total,
                                sum=float(sum(c * f for c, f in zip(centres, fractions))),
                                sum_squares=float(sum(c * c * f for c, f in zip(centres, fractions))),
                                bucket_limit=[float(e) for e in edges[1:]], bucket=[float(f) for f in fractions])
-        self._tb.add_summary(Summary(value=[Summary.Value(tag=name, histo=histo)]), global_step=step)
+        self._tb.add_summary(protos.Summary(value=[protos.Summary.Value(tag=name, histo=histo)]), global_step=step)
 
     def _update_bar(self, step: int, metrics: Row) -> None:
         if self._bar is None:
@@ -158,6 +182,27 @@ class RunLogger:
                  if _is_number(metrics.get(k))}
         self._bar.update(step - self._bar.n)
         self._bar.set_postfix(shown)
+
+
+def torn_tails(out_dir: str) -> dict[str, int]:
+    """{name: 1} for each JSONL stream of out_dir (step files and events) whose last line is a row cut
+    mid-line: no newline and not valid JSON (what a kill during a write, or a copy cut short, leaves)."""
+    out = {}
+    for name in (*STEP_FILES, "events"):
+        path = os.path.join(out_dir, f"{name}.jsonl")
+        if not os.path.exists(path):
+            continue
+        with open(path, "rb") as f:
+            f.seek(max(0, os.path.getsize(path) - 1))
+            if f.read(1) in (b"", b"\n"):
+                continue
+        with open(path, encoding="utf-8") as f:
+            last = f.read().splitlines()[-1]
+        try:
+            json.loads(last)
+        except json.JSONDecodeError:
+            out[name] = 1
+    return out
 
 
 def has_step_rows(out_dir: str) -> bool:
@@ -381,10 +426,22 @@ def _text(s: str) -> Callable[[IO[bytes]], None]:
     return lambda f: f.write(s.encode("utf-8"))
 
 
-def _open_tensorboard(tb_dir: str, resume_step: int | None) -> FileWriter:
+@functools.cache
+def _tensorboard():
+    """tensorboardX, imported on first use: the import takes ~2 s (it loads torch when installed), which a
+    run without TensorBoard, or one the folder lock refuses, should not pay. A namespace with `FileWriter`
+    and the `event_pb2` / `summary_pb2` proto modules."""
+    import tensorboardX  # imported here: see the docstring
+    from tensorboardX.proto import event_pb2, summary_pb2  # imported here: see the docstring
+    return types.SimpleNamespace(FileWriter=tensorboardX.FileWriter, event_pb2=event_pb2, summary_pb2=summary_pb2)
+
+
+def _open_tensorboard(tb_dir: str, resume_step: int | None):
     # FileWriter + hand-built Summary protos rather than SummaryWriter.add_scalar, which logs a warning
     # to stderr for every NaN (a diverging run would flood the terminal).
-    writer = FileWriter(tb_dir, flush_secs=10)
+    tb = _tensorboard()
+    Event, SessionLog = tb.event_pb2.Event, tb.event_pb2.SessionLog
+    writer = tb.FileWriter(tb_dir, flush_secs=10)
     if resume_step is not None:
         # The purge event (what SummaryWriter(purge_step=...) writes): TensorBoard discards scalars of the
         # old event files from this step on, so the resumed curve replaces the abandoned one.
@@ -541,3 +598,54 @@ def _cell(s: str) -> str:
 def _image(path: str, out_dir: str) -> str:
     rel = os.path.relpath(path, out_dir).replace(os.sep, "/")
     return f"![{os.path.splitext(os.path.basename(path))[0]}]({urllib.parse.quote(rel)})"
+
+
+def _same_number(a, b) -> bool:
+    """Whether two logged numbers are equal ("nan" / "inf" strings read as floats; NaN equals NaN)."""
+    try:
+        x, y = float(a), float(b)
+    except (TypeError, ValueError):
+        return a == b
+    return x == y or (math.isnan(x) and math.isnan(y))
+
+
+def logs_mismatch(out_dir: str, step: int, meta: dict, *, critical: tuple[str, ...]) -> str | None:
+    """Why out_dir's logs are not those of the run whose checkpoint at `step` (with `meta`) is being restored,
+    or None. Within one run: metrics.jsonl reaches the step (a step's row is written before its checkpoint),
+    every value of the checkpoint's monitor history equals the row of its step (both are the step's metrics),
+    and config.json (written when the run started) agrees with the checkpoint's config on the `critical` keys."""
+    path, config_path = os.path.join(out_dir, "metrics.jsonl"), os.path.join(out_dir, "config.json")
+    rows = {r["step"]: r for r in read_jsonl(path)} if os.path.exists(path) else {}
+    ckpt = f"checkpoint step {step} ({os.path.join(out_dir, 'checkpoints', str(step))})"
+    last = max(rows, default=None)
+    if last is None or last < step:
+        return f"{ckpt} is beyond the last step logged in {path} ({'none' if last is None else last})"
+    logged_config = _read_config(config_path)
+    history = meta.get("controls", {}).get("monitor", {}).get("history", {})
+    for metric, pairs in sorted(history.items()):
+        for s, value in pairs:
+            if s in rows and metric in rows[s] and not _same_number(value, rows[s][metric]):
+                differ = _config_differences(meta["config"], logged_config)
+                return (f"{ckpt} recorded {metric} = {value} at step {s}, {path} has {rows[s][metric]}"
+                        + (f"; config differences (checkpoint vs {config_path}): {differ}" if differ else ""))
+    differ = _config_differences(meta["config"], logged_config, keys=critical)
+    return f"{ckpt} and {config_path} differ in keys that must match: {differ}" if differ else None
+
+
+def _read_config(path: str) -> dict:
+    """A run's config.json as a dict; {} when it is missing or unreadable (nothing to compare)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            config = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    return config if isinstance(config, dict) else {}
+
+
+def _config_differences(saved: dict, logged: dict, *, keys=None, limit: int = 6) -> str:
+    """"key: saved vs logged" for the dotted keys (all, or `keys`) present in both configs with different
+    values, at most `limit` of them; "" when none."""
+    a, b = flat_dict(saved), flat_dict(logged)
+    names = sorted(set(a) & set(b)) if keys is None else [k for k in keys if k in a and k in b]
+    diffs = [f"{k}: {json.dumps(a[k])} vs {json.dumps(b[k])}" for k in names if a[k] != b[k]]
+    return ", ".join(diffs[:limit]) + (", ..." if len(diffs) > limit else "")

@@ -30,7 +30,7 @@ from matplotlib.figure import Figure  # no pyplot: files only, and no global bac
 
 from grpo_jax.cli import parse_args
 from grpo_jax import stats
-from grpo_jax.config import TrainConfig, override, to_dict
+from grpo_jax.config import TrainConfig, flat_dict, override, to_dict
 from grpo_jax.fileio import atomic_write, atomic_write_text
 from grpo_jax.provenance import package_versions, result_provenance, source_digest
 from grpo_jax.runlog import read_jsonl
@@ -57,6 +57,8 @@ class Arm:
 
 
 RECOMPUTE = "sampling.old_logp_source=recompute"
+WARM_START_WAIT = 4 * 3600.0  # seconds a process waits for another one training the same warm start (--jobs)
+
 # The objectives a researcher ablates on either collapse study's setting, one name each (--arms NAME):
 # not run by default; each is the study's base config with one change (docs/algorithms.md §3-§4).
 OBJECTIVE_ARMS = {
@@ -227,21 +229,14 @@ def _collect_finished(base: TrainConfig, arms, seeds, out: str, summarize, warm_
     return {"results": {a: r for a, r in results.items() if r}, "seeds": list(seeds), "wall_seconds": 0.0}
 
 
-def _flat(d: dict, prefix: str = "") -> dict:
-    out = {}
-    for k, v in d.items():
-        out.update(_flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v})
-    return out
-
-
 def check_run_config(run_dir: str, expected: TrainConfig, skip: tuple[str, ...] = ()) -> None:
     """--summarize-only merges run folders trained by separate processes: each one's config.json must be the
     config its arm and seed would train with now (a field the record lacks counts when `expected` has that
     field's default: the run predates the field). Else SystemExit naming the folder and the fields."""
     path = os.path.join(run_dir, "config.json")
     with open(path) as f:
-        recorded = _flat(json.load(f))
-    want, default = _flat(to_dict(expected)), _flat(to_dict(TrainConfig()))
+        recorded = flat_dict(json.load(f))
+    want, default = flat_dict(to_dict(expected)), flat_dict(to_dict(TrainConfig()))
     wrong = [f"{k} = {recorded[k]!r}, the arm trains with {v!r}" if k in recorded else f"{k} missing"
              for k, v in want.items()
              if k not in skip and (recorded[k] != v if k in recorded else v != default.get(k))]
@@ -322,8 +317,19 @@ def kept_warm_start(cfg: TrainConfig, run_dir: str, n_valid: int, sft: dict):
     Kept in `run_dir` (warm_start.msgpack, and warm_start.json with what made it): a later process of the same
     study (another --jobs piece, a rerun of one arm) loads it instead of training it again when the config,
     the warm-start settings and n_valid are the same, so every arm of a study starts from the same bits even
-    when processes differ in core count (a one-core and a two-core process train different warm starts)."""
-    warm = Trainer(override(cfg, ["logging.tensorboard=false"]), run_dir, quiet=True)
+    when processes differ in core count (a one-core and a two-core process train different warm starts).
+    Processes wanting the same warm start take turns: the run_dir lock is waited for (up to WARM_START_WAIT
+    seconds), so the second one loads what the first trained."""
+    warm = Trainer(override(cfg, ["logging.tensorboard=false"]), run_dir, quiet=True, lock_wait=WARM_START_WAIT)
+    try:
+        return _load_or_train_warm_start(warm, cfg, run_dir, n_valid, sft)
+    finally:
+        warm.logger.close()
+        warm.release_lock()
+
+
+def _load_or_train_warm_start(warm: Trainer, cfg: TrainConfig, run_dir: str, n_valid: int, sft: dict):
+    """`kept_warm_start` inside the warm-start folder's lock: load the kept one, or train and keep it."""
     made_by = json.loads(json.dumps({"config": to_dict(warm.cfg), "sft": sft, "n_valid": n_valid,
                                      "code": source_digest(), "packages": package_versions()}))
     meta_path, blob_path = (os.path.join(run_dir, f"warm_start.{x}") for x in ("json", "msgpack"))
@@ -334,14 +340,12 @@ def kept_warm_start(cfg: TrainConfig, run_dir: str, n_valid: int, sft: dict):
         if meta.get("made_by") == made_by:
             with open(blob_path, "rb") as f:
                 params = flax.serialization.from_bytes(template, f.read())
-            warm.logger.close()
             print(f"warm start: loaded {blob_path}", flush=True)
             return params, meta["summary"]
         print(f"warm start: {meta_path} was made with other settings; training it again", flush=True)
     valid = warm.task.generate("valid", n_valid, cfg.seed)
     params, summary = warm_start(warm.actor, template, warm.stream.rows, valid,
                                  solution=warm.task.solutions, seed=cfg.seed, log=(lambda *_: None), **sft)
-    warm.logger.close()
     blob = flax.serialization.to_bytes(params)
     atomic_write(blob_path, lambda f: f.write(blob))  # the blob first: a json without it is never read
     atomic_write_text(meta_path, json.dumps({"made_by": made_by, "summary": summary}, indent=1, default=float))

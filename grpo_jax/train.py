@@ -13,7 +13,6 @@ import dataclasses
 import json
 import os
 import shutil
-import sys
 import tempfile
 import time
 import warnings
@@ -22,7 +21,7 @@ import jax
 import jax.numpy as jnp
 
 from grpo_jax import checkpoint as ckpt_lib
-from grpo_jax import control, evaluation, experience, monitor, provenance, runlog, sharding
+from grpo_jax import control, evaluation, experience, monitor, provenance, runlock, runlog, sharding
 from grpo_jax import export as export_lib
 from grpo_jax import data as data_lib
 from grpo_jax import rewards as rewards_lib
@@ -57,11 +56,31 @@ class Trainer:
     """
 
     def __init__(self, cfg: TrainConfig, out_dir: str, *, resume: bool = False, quiet: bool = False,
-                 rollback_to: int | None = None):
-        tune_host_allocator()  # process-wide, idempotent: XLA:CPU's big buffers reused, not re-faulted
-        provenance.result_provenance()  # read now, at the start: the report carries the code that ran
+                 rollback_to: int | None = None, lock_wait: float = 0.0):
+        """Build the run in `out_dir`: fresh, or continued from its newest good checkpoint (`resume`) or from
+        the checkpoint at `rollback_to`. Process 0 first locks the folder (`runlock`: another process running
+        there is refused at once, or after `lock_wait` seconds of waiting) and holds it until `run` ends."""
         self.cfg, self.out_dir = cfg, out_dir
         sharding.initialize_distributed(cfg.mesh)
+        self.lock = runlock.acquire(out_dir, wait=lock_wait) if jax.process_index() == 0 else None
+        try:
+            tune_host_allocator()  # process-wide, idempotent: XLA:CPU's big buffers reused, not re-faulted
+            provenance.result_provenance()  # read now, at the start: the report carries the code that ran
+            self._build()
+            start = self._restore(rollback_to) if (resume or rollback_to is not None) else None
+            self._open_logs(start, quiet=quiet, rollback=rollback_to is not None, resume=resume)
+        except BaseException:
+            self.release_lock()
+            raise
+
+    def release_lock(self) -> None:
+        """Let another process run in the folder (`run` does this when it ends); idempotent."""
+        if self.lock is not None:
+            self.lock.release()
+
+    def _build(self) -> None:
+        """Data, controls, model, optimizer state and the jitted programs of `self.cfg`."""
+        cfg, out_dir = self.cfg, self.out_dir
         self.mesh = sharding.make_mesh(cfg.mesh)
         self.rollout_mesh = sharding.make_rollout_mesh(cfg.mesh) or self.mesh
         self.task = tasks_lib.get_task(cfg.task.name, **dict(cfg.task.options))
@@ -92,8 +111,6 @@ class Trainer:
                                   out_shardings=(self.state_shardings, None), donate_argnums=0)
         self.ckpt = ckpt_lib.Checkpointer(os.path.join(out_dir, "checkpoints"), keep_last=cfg.checkpoint.keep_last,
                                           keep_best=cfg.checkpoint.keep_best, best_metric=cfg.checkpoint.best_metric)
-        start = self._restore(rollback_to) if (resume or rollback_to is not None) else None
-        self._open_logs(start, quiet=quiet, rollback=rollback_to is not None, resume=resume)
 
     def _open_logs(self, start: int | None, *, quiet: bool, rollback: bool, resume: bool = False) -> None:
         cfg, out_dir = self.cfg, self.out_dir
@@ -184,6 +201,12 @@ class Trainer:
                               self.state_shardings)
         state, meta, step = self.ckpt.restore(target, step=rollback_to)
         ckpt_lib.check_compatible(meta["config"], to_dict(self.cfg), RESUME_CRITICAL, defaults=to_dict(TrainConfig()))
+        mismatch = runlog.logs_mismatch(self.out_dir, step, meta, critical=RESUME_CRITICAL)
+        if mismatch:  # refused before anything in the folder changes
+            raise ckpt_lib.CheckpointError(
+                f"cannot {'roll back' if rollback_to is not None else 'resume'} {self.out_dir}: its checkpoints and "
+                f"its logs are of different runs: {mismatch}. Move the other run's checkpoints or logs elsewhere, "
+                "or choose another --out")
         newer = [s for s in self.ckpt.steps() if s > step]
         if rollback_to is not None and newer:
             ckpt_lib.archive_branch(self.out_dir, step, newer)
@@ -231,6 +254,7 @@ class Trainer:
         metrics.update(experience.host_metrics(exp, dims), **dyn_metrics)
         metrics.update({"control/entropy_coef": coef, "control/temperature": temperature})
         metrics.update({f"control/weight/{d}": float(w) for d, w in zip(dims, weights)})
+        metrics.update(monitor.health_metrics(metrics, vocab_size=self.actor.model_cfg.vocab_size))
         self._update_controls(step, metrics["entropy/mean"])
         n_tokens = int(sharding.to_host(exp.rollout.lengths).sum())
         timings = {"time/rollout_and_reward": t1 - t0, "time/update": t2 - t1, "time/step": t2 - t0,
@@ -264,7 +288,14 @@ class Trainer:
 
     # ------------------------------------------------------------------ the loop
     def run(self) -> dict:
-        """Step until cfg.steps or a pausing alarm; returns {"steps", "wall_seconds", "paused"}."""
+        """Step until cfg.steps or a pausing alarm; returns {"steps", "wall_seconds", "paused"}. The folder's
+        lock is released when it returns or raises."""
+        try:
+            return self._run()
+        finally:
+            self.release_lock()
+
+    def _run(self) -> dict:
         cfg, start_time, paused = self.cfg, time.perf_counter(), False
         eval_every, ckpt_every = cfg.logging.eval_every, cfg.checkpoint.every
         if self.step == 0 and eval_every:
@@ -299,10 +330,13 @@ class Trainer:
             self.logger.event(step, "alarm", **_without_step(a.to_dict()))
             warnings.warn(a.message, stacklevel=2)
         if monitor.should_pause(alarms):
-            command = monitor.rollback_command(self.out_dir, alarms, self.ckpt.steps())
+            kept = self.ckpt.steps()
+            trouble = self.monitor.trouble(alarms, kept)  # where it began, and the checkpoint from before it
+            command = monitor.rollback_command(self.out_dir, alarms, kept, began=trouble["began"])
             monitor.write_alarm_report(os.path.join(self.out_dir, "alarms", f"step-{step}"), alarms, step,
-                                       command=command)
-            self.logger.event(step, "pause", alarms=[a.rule.key for a in alarms], rollback_command=command)
+                                       command=command, trouble=trouble)
+            self.logger.event(step, "pause", alarms=[a.rule.key for a in alarms], rollback_command=command,
+                              trouble=trouble)
 
     def report(self, summary: dict, *, title: str, sections=()) -> tuple[str, str]:
         """PNG plots from metrics.jsonl plus report.md / report.json in the run directory; report.json
@@ -325,12 +359,13 @@ def _without_step(info: dict) -> dict:
 
 def main(argv=None) -> dict:
     args, cfg = parse_args(argv, description="Run GRPO from a config: python -m grpo_jax.train --out DIR --set ...")
-    summary = Trainer(cfg, args.out, resume=args.resume, quiet=args.quiet, rollback_to=args.rollback_to).run()
+    try:
+        trainer = Trainer(cfg, args.out, resume=args.resume, quiet=args.quiet, rollback_to=args.rollback_to)
+    except runlock.RunLocked as e:  # another run holds the folder: its message, without a traceback
+        raise SystemExit(f"error: {e}") from None
+    summary = trainer.run()
     if summary["paused"]:
-        print(f"paused by an alarm at step {summary['steps']}: {args.out}/alarms/step-{summary['steps']}.md names "
-              f"it and the command that rolls back with a control on (or continue unchanged with --resume)",
-              file=sys.stderr)
-        sys.exit(monitor.PAUSE_EXIT_CODE)
+        monitor.exit_paused(args.out, summary["steps"])
     return summary
 
 

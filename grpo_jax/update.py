@@ -187,7 +187,8 @@ def _merge_update_metrics(outs: dict, metrics: dict, n_updates: int) -> dict:
 def make_minibatch_update(model_cfg: ModelConfig, cfg: TrainConfig, optimizer: optax.GradientTransformation):
     """`update((params, opt_state), (minibatch, ref_logp, sampler_logp, key), entropy_coef, base=None)`:
     gradients accumulated over the microbatches, normalised by the summed loss denominator, one optax update;
-    a non-finite loss or gradient norm leaves params and optimizer state unchanged (and counts as skipped).
+    a non-finite loss or gradient norm leaves params and optimizer state unchanged, counts as skipped and is
+    reported as it is (loss and grad_norm NaN or inf, not replaced).
     With LoRA, params are the adapters and `base` (not differentiated) the frozen weights."""
     grad_fn = jax.value_and_grad(make_micro_loss(model_cfg, cfg), has_aux=True)
 
@@ -216,8 +217,8 @@ def make_minibatch_update(model_cfg: ModelConfig, cfg: TrainConfig, optimizer: o
         updates, new_opt = optimizer.update(grads, opt_state, params)
         new_params = optax.apply_updates(params, updates)
         params, opt_state = _tree_where(finite, new_params, params), _tree_where(finite, new_opt, opt_state)
-        out = {"loss": jnp.where(finite, loss, 0.0), "grad_norm": jnp.where(finite, grad_norm, 0.0),
-               "skipped": (~finite).astype(jnp.float32)}
+        # logged as they are (a skipped update's NaN/inf loss too), so the non-finite rules can see them
+        out = {"loss": loss, "grad_norm": grad_norm, "skipped": (~finite).astype(jnp.float32)}
         return (params, opt_state), (out, metrics)
 
     return update

@@ -119,6 +119,8 @@ def test_reward_spec_errors_from_the_registry_name_the_entry():
     ("[1, 2]", r"bad\.json: TrainConfig: must be a JSON object of TrainConfig fields"),
     ('{"steps": "many"}', r"bad\.json: steps \(TrainConfig\.steps\): must be an integer"),
     ('{"sampling": {"temprature": 1}}', r"bad\.json: sampling: SamplingConfig: unknown fields \['temprature'\]"),
+    ('{"monitor": {"rules": [{"metric": "kl", "kind": "above", "treshold": 1}]}}',
+     r"bad\.json: MonitorConfig\.rules\[0\]: rule 'kl': unknown key\(s\) \['treshold'\]; AlarmRule's fields"),
 ])
 def test_config_file_errors_name_the_file(tmp_path, text, words):
     from grpo_jax.cli import parse_args

@@ -211,6 +211,40 @@ def test_hot_reload_applies_changes_and_ignores_bad_files(tmp_path):
     np.testing.assert_array_equal(resumed.at(23), rw.at(23))
 
 
+@pytest.mark.parametrize("text, problem", [
+    pytest.param('{"quality": 1' + "0" * 400 + "}", "an integer of 401 digits", id="401-digit-int"),  # float() overflows
+    pytest.param('{"quality": 1e400}', "got inf", id="1e400"),  # the JSON parser reads it as inf
+    pytest.param('{"quality": -1e400}', "got -inf", id="-1e400"),
+    pytest.param('{"quality": NaN}', "got nan", id="NaN"),
+    pytest.param('{"quality": Infinity}', "got inf", id="Infinity"),
+    pytest.param('{"quality": -Infinity}', "got -inf", id="-Infinity"),
+    pytest.param("[" * 100_000 + "]" * 100_000, "not valid JSON", id="nested-past-the-recursion-limit"),
+    pytest.param('{"quality": 1' + "0" * 5000 + "}", "not valid JSON", id="5001-digit-int"),  # Python's 4300-digit limit
+])
+def test_any_number_the_parser_gives_is_rejected_with_a_logged_event_never_raised(tmp_path, text, problem):
+    rw = _weights(tmp_path)
+    _write(tmp_path, '{"quality": 2.0}')
+    rw.maybe_reload(0)
+    _write(tmp_path, text)
+    rejected = []
+    with pytest.warns(UserWarning, match="ignored at step 1"):
+        assert rw.maybe_reload(1, on_reject=rejected.append) is None
+    (event,) = rejected
+    assert problem in event["problem"] and event["kept"]["quality"] == 2.0, event["problem"]
+    json.dumps(event, allow_nan=False)  # the event is loggable as strict JSON
+    np.testing.assert_array_equal(rw.at(1), np.float32([1, 0.5, 2.0]))
+
+
+def test_minus_zero_weight_is_zero(tmp_path):
+    rw = _weights(tmp_path)
+    _write(tmp_path, '{"quality": -0, "format": -0.0}')
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        change = rw.maybe_reload(0)
+    assert change["new"] == {"correct": 1.0, "format": 0.0, "quality": 0.0}
+    assert math.copysign(1.0, change["new"]["format"]) == 1.0  # +0.0, not -0.0
+
+
 def test_negative_weights_allowed_only_where_declared(tmp_path):
     rw = RewardWeights(("correct", "penalty"), [1.0, -0.5], RewardWeightsConfig(
         weights_file=str(tmp_path / "weights.json")))

@@ -121,11 +121,30 @@ def test_torn_last_line_ignored_on_read_and_removed_on_resume(tmp_path):
     assert _steps(os.path.join(crashed, "metrics.jsonl")) == [1, 2, 3, 4]
     assert len(read_jsonl(os.path.join(crashed, "events.jsonl"))) == 4
 
-    _run(crashed, range(5, 6), resume_step=4)
+    with pytest.warns(RuntimeWarning, match="partial last line"):
+        _run(crashed, range(5, 6), resume_step=4)
     _run(whole, range(5, 6), resume_step=4)
     assert _read_bytes(f"{crashed}/metrics.jsonl") == _read_bytes(f"{whole}/metrics.jsonl")
     events = read_jsonl(os.path.join(crashed, "events.jsonl"))  # torn tail gone, so every line parses
-    assert [e["kind"] for e in events] == ["weights"] * 4 + ["resume", "weights"]
+    assert [e["kind"] for e in events] == ["weights"] * 4 + ["resume", "torn_rows", "weights"]
+    assert events[5]["rows"] == {"metrics": 1, "events": 1}
+    assert "have no metrics row" not in events[5]["message"]  # the row cut was step 5's, after the resume point
+
+
+def test_a_row_cut_mid_line_at_the_resume_step_is_counted_warned_and_logged(tmp_path):
+    """Checkpoint 4 exists but metrics.jsonl was cut inside step 4's row (a copy cut short): resuming after
+    step 4 leaves step 4 without a row, which the logger says, rather than continuing over a silent hole."""
+    out = str(tmp_path)
+    _run(out, range(1, 5))
+    path = os.path.join(out, "metrics.jsonl")
+    text = open(path).read()
+    open(path, "w").write(text[:text.rindex("\n", 0, len(text) - 1) + 1] + text.splitlines()[-1][:12])
+    with pytest.warns(RuntimeWarning, match=r"partial last line .* of metrics.jsonl; metrics.jsonl now ends at "
+                                            r"step 3 and the run continues after step 4, so steps 4..4 have no"):
+        _run(out, range(5, 7), resume_step=4)
+    assert _steps(path) == [1, 2, 3, 5, 6]
+    (torn,) = [e for e in read_jsonl(os.path.join(out, "events.jsonl")) if e["kind"] == "torn_rows"]
+    assert torn["rows"] == {"metrics": 1} and torn["step"] == 4 and "steps 4..4" in torn["message"]
 
 
 def test_complete_last_row_without_newline_is_kept(tmp_path):

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from grpo_jax import monitor as mon
-from grpo_jax.config import AlarmRule, MonitorConfig, default_rules, from_dict, to_dict
+from grpo_jax.config import AlarmRule, MonitorConfig, TrainConfig, default_rules, from_dict, override, to_dict
 from grpo_jax.monitor import Monitor
 
 nan, inf = math.nan, math.inf
@@ -142,12 +142,13 @@ def test_default_rules_cover_the_trainer_metrics_and_survive_config_json():
                        ("collapse/drowned_dims", "above"), ("length/mean_frac", "above"), ("length/mean", "below"),
                        ("length/truncated_frac", "above"), ("repetition/rate", "above"), ("kl", "above"),
                        ("clip_frac_high", "above"), ("clip_frac_low", "above"), ("loss", "nonfinite"),
-                       ("skipped", "nonfinite")}
+                       ("skipped", "nonfinite"), ("skipped", "above"), ("stalled_update", "above")}
     assert from_dict(MonitorConfig, json.loads(json.dumps(to_dict(cfg)))) == cfg
     pausing = {r.name for r in cfg.rules if r.action == "pause"}
-    assert pausing >= {"entropy_collapse", "group_variance_collapse"}
+    assert pausing >= {"entropy_collapse", "group_variance_collapse", "stalled_update", "skipped_updates"}
     warned = MonitorConfig(collapse_action="warn")
-    assert {r.name for r in warned.rules if r.action == "pause"} == {""}  # only the non-finite loss rule
+    # only the non-finite loss rule and the skipped updates still pause: the run cannot train at all then
+    assert {r.name for r in warned.rules if r.action == "pause"} == {"", "skipped_updates"}
     assert from_dict(MonitorConfig, json.loads(json.dumps(to_dict(warned)))) == warned
 
 
@@ -222,4 +223,85 @@ def test_rollback_command_remedies():
     kl = AlarmRule("kl", "above", 1.0, action="pause", name="kl_blowup")
     m = Monitor(MonitorConfig(rules=(kl,)))
     alarms = m.observe(3, {"kl": 2.0})
-    assert mon.rollback_command("o", alarms, [1, 2]).endswith("--rollback-to 2 --set KEY=VALUE")  # a person chooses
+    # step 3's kl was measured on checkpoint 2's policy, so 1 is the newest clean checkpoint; a person chooses
+    assert mon.rollback_command("o", alarms, [1, 2]).endswith("--rollback-to 1 --set KEY=VALUE")
+
+
+def test_unknown_or_missing_rule_key_is_an_error_naming_the_rule_and_the_key():
+    rules = json.dumps([{"metric": "kl", "kind": "above", "threshold": 1.0},
+                        {"metric": "kl", "kind": "above", "treshold": 2.0, "name": "kl_high"}])
+    with pytest.raises(ValueError, match=r"MonitorConfig.rules\[1\]: rule 'kl_high': unknown key\(s\) "
+                                         r"\['treshold'\]; AlarmRule's fields: \['metric', 'kind', 'threshold'"):
+        override(TrainConfig(), [f"monitor.rules={rules}"])
+    with pytest.raises(ValueError, match=r"rules\[0\]: rule 'kl': missing key\(s\) \['kind'\]"):
+        MonitorConfig(rules=({"metric": "kl"},))
+    with pytest.raises(ValueError, match=r"rules\[0\]: rule 'kl': AlarmRule.patience: must be an int >= 1"):
+        MonitorConfig(rules=({"metric": "kl", "kind": "above", "patience": 0},))
+    with pytest.raises(ValueError, match=r"rules\[0\]: must be an AlarmRule or a dict"):
+        MonitorConfig(rules=(["kl", "above"],))
+
+
+def test_health_metrics_flag_a_zero_gradient_with_something_to_learn():
+    V = 58
+    top = math.log(V)
+    flagged = [
+        {"grad_norm": 0.0, "groups/reward_var_mean": 0.05, "entropy/mean": 2.0},  # rewards vary, no gradient
+        {"grad_norm": 0.0, "groups/reward_var_mean": 0.0, "entropy/mean": top},  # uniform policy, no gradient
+    ]
+    clean = [
+        {"grad_norm": 0.3, "groups/reward_var_mean": 0.05, "entropy/mean": top},  # a gradient
+        {"grad_norm": 0.0, "groups/reward_var_mean": 0.0, "entropy/mean": 0.998 * top},  # nothing to learn
+        {"grad_norm": nan, "groups/reward_var_mean": 0.05, "entropy/mean": top},  # skipped: other rules
+    ]
+    assert [mon.health_metrics(m, vocab_size=V)["stalled_update"] for m in flagged] == [1.0, 1.0]
+    assert [mon.health_metrics(m, vocab_size=V)["stalled_update"] for m in clean] == [0.0, 0.0, 0.0]
+    assert mon.health_metrics({"entropy/mean": top / 2}, vocab_size=V) == {"entropy/frac_of_max": 0.5}
+    (rule,) = [r for r in default_rules() if r.name == "stalled_update"]
+    stream = [mon.health_metrics(flagged[i % 2], vocab_size=V) for i in range(8)]
+    assert _fired((rule,), stream) == [("stalled_update", rule.patience)]
+    (warned,) = [r for r in MonitorConfig(collapse_action="warn").rules if r.name == "stalled_update"]
+    assert rule.action == "pause" and warned.action == "warn"  # follows the collapse action
+
+
+def test_skipped_updates_pause_after_three_steps_running():
+    (rule,) = [r for r in default_rules() if r.name == "skipped_updates"]
+    assert rule.action == "pause"
+    assert _fired((rule,), [{"skipped": s} for s in (0.0, 1.0, 1.0, 0.0, 1.0, 2.0, 1.0)]) == [("skipped_updates", 7)]
+
+
+# a blow-up at step 5 (kl above 1 for steps 5-7), entropy falling by 0.7 a step from step 6 (so it halves
+# within 2 steps from step 7 on), under a tenth of its start from step 11: the entropy_collapse alarm's own
+# streak begins at 11, the trouble at 5
+BLOWUP = ([{"kl": 0.01, "entropy/mean": 2.0}] * 4 + [{"kl": 3.0, "entropy/mean": 1.5}]
+          + [{"kl": 2.0 if i == 0 else 1.5 if i == 1 else 0.1, "entropy/mean": 1.05 * 0.7 ** i} for i in range(12)])
+
+
+def test_rollback_targets_the_checkpoint_before_the_first_symptom_of_any_rule(tmp_path):
+    rules = (_rule("entropy_collapse"), AlarmRule("kl", "above", 1.0, patience=3),
+             AlarmRule("entropy/mean", "drop", 0.5, window=2))
+    m = Monitor(MonitorConfig(rules=rules))
+    alarms = [a for i, d in enumerate(BLOWUP) for a in m.observe(i + 1, d)]
+    (collapse,) = [a for a in alarms if a.rule.name == "entropy_collapse"]
+    assert collapse.step == 15  # under 0.2 (0.1 x 2.0) from step 11, patience 5
+    kept = [2, 3, 4, 8, 10, 15]
+    assert "--rollback-to 8 " in mon.rollback_command("o", [collapse], kept)  # from the alarm's streak alone
+    trouble = m.trouble([collapse], kept)
+    # kl holds at 5-7 and the drop rule from 7 on: one unbroken run of symptoms from step 5
+    assert trouble["began"] == 5 and trouble["first_symptoms"] == ["kl: kl above 1 for 3 step(s) -> warn"]
+    assert trouble["rollback_step"] == 3 and trouble["before_trouble"]  # checkpoint 4's policy ran step 5
+    assert trouble["abnormal_at_rollback"] == []
+    cmd = mon.rollback_command("o", [collapse], kept, began=trouble["began"])
+    assert "--rollback-to 3 " in cmd
+    # no clean checkpoint kept: the oldest kept one, and what its first step already showed
+    late = m.trouble([collapse], kept_steps=[8, 10, 15])
+    assert late["rollback_step"] == 8 and not late["before_trouble"]
+    assert late["abnormal_at_rollback"] == ["entropy/mean: entropy/mean drop 0.5 over 2 observations for 1 step(s) "
+                                            "-> warn"]
+    md, js = mon.write_alarm_report(str(tmp_path / "a"), [collapse], 15, command=cmd, trouble=late)
+    text = open(md).read()
+    assert "first symptom: step 5" in text and "no kept checkpoint comes from before it" in text
+    assert "Roll back to the oldest kept checkpoint (none comes from before the trouble)" in text
+    assert json.loads(open(js).read())["trouble"]["began"] == 5
+    resumed = Monitor(MonitorConfig(rules=rules))  # the symptoms survive a checkpoint round trip
+    resumed.load_state_dict(json.loads(json.dumps(m.state_dict(), allow_nan=False)))
+    assert resumed.trouble([collapse], kept) == trouble

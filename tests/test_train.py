@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -16,6 +19,7 @@ import numpy as np
 import pytest
 
 from grpo_jax import experience, train, update
+from grpo_jax.checkpoint import CheckpointError
 from grpo_jax.config import TrainConfig, override
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -246,6 +250,7 @@ def test_nan_loss_skips_the_update():
     batch = batch.replace(advantages=adv)
     new_state, metrics = step(state, batch, jax.random.key(2))
     assert float(metrics["skipped"]) == 1.0
+    assert np.isnan(float(metrics["loss"]))  # logged as it is, so the non-finite-loss alarm can see it
     for a, b in zip(_leaves(new_state.params) + _leaves(new_state.opt_state), _leaves(state.params) + _leaves(state.opt_state)):
         np.testing.assert_array_equal(a, b)
     ok_state, ok_metrics = step(state, batch.replace(advantages=jnp.nan_to_num(adv)), jax.random.key(2))
@@ -501,3 +506,81 @@ def test_fallback_from_a_truncated_checkpoint_warns_once_without_event_loop_trac
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stderr.count("trying an older checkpoint") == 1
     assert "Event loop is closed" not in out.stderr and "Traceback" not in out.stderr, out.stderr[-3000:]
+
+
+# ---- one run per folder; checkpoints and logs of one run ------------------------------------------------------
+
+# `python -m grpo_jax.train` with the time from the end of its imports to its exit on stderr
+TIMED_MAIN = ("import sys, time\n"
+              "from grpo_jax import train\n"
+              "t0 = time.perf_counter()\n"
+              "try:\n"
+              "    train.main(sys.argv[1:])\n"
+              "finally:\n"
+              "    print(f'exited {time.perf_counter() - t0:.3f} s after its imports', file=sys.stderr)\n")
+
+
+def test_a_second_run_on_the_same_out_is_refused_and_the_first_finishes_as_if_alone(tmp_path):
+    extra = (*SIGNAL, "steps=3")
+    subprocess.run(_run(tmp_path / "alone", *extra), check=True, cwd=ROOT, timeout=600)
+    shared = tmp_path / "shared"
+    with open(tmp_path / "first.log", "w") as log:  # a file, not a pipe: nobody reads it while it runs
+        first = subprocess.Popen(_run(shared, *extra), cwd=ROOT, stdout=log, stderr=log)
+    deadline = time.time() + 600
+    while not (shared / "run.lock").exists() and first.poll() is None and time.time() < deadline:
+        time.sleep(0.02)
+    second = subprocess.run([sys.executable, "-c", TIMED_MAIN, *_run(shared, *extra)[3:]], cwd=ROOT,
+                            capture_output=True, text=True, timeout=600)
+    assert first.wait(timeout=600) == 0, (tmp_path / "first.log").read_text()[-3000:]
+    assert second.returncode == 1, second.stderr[-3000:]
+    assert f"in use by another run: pid {first.pid} on host {socket.gethostname()}" in second.stderr
+    assert "Traceback" not in second.stderr
+    assert float(re.search(r"exited ([0-9.]+) s after its imports", second.stderr).group(1)) < 5
+    rows = _assert_rows_have_signal(shared / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [1, 2, 3]  # one run's rows, not two interleaved
+    assert (shared / "metrics.jsonl").read_bytes() == (tmp_path / "alone" / "metrics.jsonl").read_bytes()
+    assert not (shared / "run.lock").exists()  # released when the first run ended
+
+
+def test_a_stale_lock_of_a_killed_run_is_taken_over_with_a_warning(tmp_path):
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    (tmp_path / "run.lock").write_text(json.dumps({"pid": dead.pid, "host": socket.gethostname(),
+                                                   "started": 0.0, "command": "killed"}))
+    with pytest.warns(RuntimeWarning, match=rf"stale lock .*pid {dead.pid} .* is not running"):
+        tr = train.Trainer(tiny_config("steps=1"), str(tmp_path), quiet=True)
+    assert json.loads((tmp_path / "run.lock").read_text())["pid"] == os.getpid()
+    tr.run()
+    assert not (tmp_path / "run.lock").exists()
+
+
+def test_resume_refuses_checkpoints_and_logs_of_different_runs_naming_both(tmp_path):
+    runs = {}
+    for name, seed, steps in (("a", 1, 2), ("b2", 2, 2), ("b3", 2, 3)):
+        tr = train.Trainer(signal_config(f"seed={seed}", f"steps={steps}"), str(tmp_path / name), quiet=True)
+        before = _leaves(tr.state.params)
+        tr.run()
+        _assert_moved(before, _leaves(tr.state.params))
+        runs[name] = tmp_path / name
+    _assert_rows_have_signal(runs["a"] / "metrics.jsonl")
+    out = runs["a"]
+    config = (out / "config.json").read_text()
+    changed = json.loads(config)
+    changed["sampling"]["group_size"] = 2
+    (out / "config.json").write_text(json.dumps(changed))
+    with pytest.raises(CheckpointError, match=r"cannot resume .*different runs: checkpoint step 2 .* and .*config.json "
+                                              r"differ in keys that must match: sampling.group_size: 4 vs 2"):
+        train.Trainer(signal_config("seed=1", "steps=3"), str(out), resume=True, quiet=True)
+    (out / "config.json").write_text(config)
+    kept = (out / "metrics.jsonl").read_bytes()
+    for other, why in (("b3", r"checkpoint step 3 \(.*\) is beyond the last step logged in .*metrics.jsonl \(2\)"),
+                       ("b2", r"checkpoint step 2 \(.*\) recorded .* = .* at step 1, .*metrics.jsonl has .*; "
+                              r"config differences \(checkpoint vs .*config.json\): seed: 2 vs 1")):
+        shutil.rmtree(out / "checkpoints")
+        shutil.copytree(runs[other] / "checkpoints", out / "checkpoints")
+        refused = rf"cannot resume {re.escape(str(out))}: its checkpoints and its logs are of different runs: {why}"
+        with pytest.raises(CheckpointError, match=refused):
+            train.Trainer(signal_config("seed=1", "steps=4"), str(out), resume=True, quiet=True)
+        assert (out / "metrics.jsonl").read_bytes() == kept  # nothing in the folder changed
+        assert sorted(os.listdir(out / "checkpoints")) == sorted(os.listdir(runs[other] / "checkpoints"))
+        assert not (out / "run.lock").exists()  # the refused trainer let go of the folder

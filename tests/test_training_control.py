@@ -10,11 +10,11 @@ import subprocess
 import numpy as np
 import pytest
 
-from grpo_jax import train
+from grpo_jax import presets, train
 from grpo_jax.config import override
 from grpo_jax.runlog import read_jsonl
 from grpo_jax.monitor import PAUSE_EXIT_CODE
-from tests.test_train import ROOT, _run, tiny_config
+from tests.test_train import ROOT, SIGNAL, _leaves, _run, tiny_config
 
 
 def _mean_last(rows, key, n=2):
@@ -124,3 +124,34 @@ def test_pass_rate_band_filter(tmp_path):
     kept = sorted(r["pass_rate"] for r in tr.stream.rows)
     assert kept == pytest.approx([0.2, 0.3, 0.4, 0.5, 0.6, 0.7])
     assert tr.data_report["pass_rate_filter"]["kept"] == 6 and tr.data_report["rows"] == 11
+
+
+@pytest.mark.parametrize("lr, rule, blown", [
+    ("1e30", "skipped_updates", "skipped"),  # step 1's update blows the weights up; every later update is skipped
+    ("1e3", "stalled_update", "entropy/mean"),  # step 2's entropy 0, then grad_norm exactly 0 at maximal entropy
+])
+def test_a_broken_learning_rate_pauses_with_a_report_within_10_steps(tmp_path, lr, rule, blown):
+    """The default experiment's smoke config, with a length reward so that groups vary (without it every
+    reward is 0 and the gradient is 0 at any learning rate), at a learning rate that breaks training."""
+    cfg = override(presets.arithmetic(smoke=True), [*SIGNAL, f"optim.lr={lr}", "steps=10", "logging.progress=false",
+                                                   "logging.tensorboard=false"])
+    tr = train.Trainer(cfg, str(tmp_path), quiet=True)
+    before = _leaves(tr.state.params)
+    summary = tr.run()
+    assert summary["paused"] and summary["steps"] <= 10, summary
+    rows = [r for r in read_jsonl(str(tmp_path / "metrics.jsonl")) if "grad_norm" in r]
+    assert rows[0]["grad_norm"] > 0 and rows[0]["skipped"] == 0  # step 1 trained for real
+    assert any((a != b).any() for a, b in zip(before, _leaves(tr.state.params)))
+    report = json.loads((tmp_path / "alarms" / f"step-{summary['steps']}.json").read_text())
+    assert rule in [a["key"] for a in report["alarms"] if a["rule"]["action"] == "pause"]
+    # step 2 ran the policy step 1's update blew up: the trouble began by then, no kept checkpoint is clean
+    # (checkpoint 1 is that policy), and the report names what its first step already showed
+    trouble = report["trouble"]
+    assert trouble["began"] <= 2 and trouble["first_symptoms"]
+    assert trouble["rollback_step"] == 1 and not trouble["before_trouble"]
+    assert any(m.startswith(f"{blown}:") for m in trouble["abnormal_at_rollback"]), trouble
+    assert "--rollback-to 1 " in report["rollback_command"]
+    md = (tmp_path / "alarms" / f"step-{summary['steps']}.md").read_text()
+    assert f"first symptom: step {trouble['began']}" in md and "no kept checkpoint comes from before it" in md
+    if lr == "1e30":  # logged as it is: the non-finite loss rule sees it
+        assert all(np.isnan(r["loss"]) and r["skipped"] == 1 for r in rows[1:])
