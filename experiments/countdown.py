@@ -38,13 +38,26 @@ def figures(evals: list[dict], train: list[dict]) -> dict:
     reasoning = [r["entropy_t1/reasoning/mean"] for r in train if "entropy_t1/reasoning/mean" in r]
     out.update(reasoning_entropy_first=reasoning[0] if reasoning else None,
                reasoning_entropy_final=reasoning[-1] if reasoning else None)
+    # tokens inside <think> per rollout: the step's mean length x the reasoning share of its completion tokens
+    think = [r["length/mean"] * r["entropy_t1/reasoning/num_tokens"] / r["entropy_t1/num_tokens"] for r in train
+             if r.get("entropy_t1/num_tokens")]
+    out.update(reasoning_tokens_first=think[0] if think else None, reasoning_tokens_final=think[-1] if think else None)
     return out
+
+
+def problem_figures(rows: list[dict]) -> dict:
+    """The held-out set's own figures: its size and the solver's distinct solutions per problem."""
+    counts = [r["n_solutions"] for r in rows if "n_solutions" in r]
+    return {"heldout_problems": len(rows), "solutions_per_problem": sum(counts) / len(counts) if counts else None}
 
 
 def targets(s: dict) -> list[tuple[str, bool]]:
     """The task's properties at the start and GRPO's gain (see docs/measurements.md for the measurements)."""
     k, p1, pk = s["eval_samples"], s.get("pass1_t1_sft") or 0.0, s.get(f"pass{s['eval_samples']}_t1_sft") or 0.0
+    solutions, think = s.get("solutions_per_problem") or 0.0, s.get("reasoning_tokens_first") or 0.0
     return [
+        (f"distinct solutions per held-out problem = {solutions:.2f} >= 3", solutions >= 3),
+        (f"reasoning tokens per rollout at the start = {think:.1f} >= 15", think >= 15),
         (f"warm start pass@1 at T = 1 = {p1:.3f} in [0.15, 0.40]", 0.15 <= p1 <= 0.40),
         (f"warm start pass@{k} = {pk:.3f} >= 1.5 x pass@1 = {1.5 * p1:.3f}", pk >= 1.5 * p1 and p1 > 0),
         (f"accuracy_final - accuracy_sft = {s['accuracy_final'] - s['accuracy_sft']:+.3f} >= 0.10",
@@ -54,7 +67,7 @@ def targets(s: dict) -> list[tuple[str, bool]]:
 
 
 SPEC = Spec(title="GRPO on Countdown (several solution paths)", default_out="runs/countdown",
-            sft=presets.countdown_sft, targets=targets, figures=figures)
+            sft=presets.countdown_sft, targets=targets, figures=figures, problem_figures=problem_figures)
 
 
 def main(argv=None) -> dict:

@@ -10,8 +10,11 @@ import sys
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
+from grpo_jax import presets
 from grpo_jax.cli import load_config
+from grpo_jax.tasks import get_task
 from grpo_jax.train import Trainer
 from tests.launchers import load_launcher
 from tests.test_train import ROOT
@@ -276,5 +279,13 @@ def test_countdown_smoke_reports_both_collapses_instruments(tmp_path):
         assert 0 <= report[f"pass1_t1_{when}"] <= report[f"pass{k}_t1_{when}"] <= 1
         assert report[f"distinct_correct_{when}"] >= 0 and report[f"satisfied_all_{when}"] >= 0
     assert report["reasoning_entropy_first"] is not None
+    # the task's properties: the smoke held-out rows' own solver counts, and reasoning tokens per rollout
+    # (the mean length times the reasoning share of the completion tokens) between 0 and the length budget
+    cfg = presets.countdown(smoke=True)
+    rows = get_task("countdown", **dict(cfg.task.options)).generate("heldout", cfg.task.n_eval, seed=cfg.seed)
+    assert report["heldout_problems"] == len(rows)
+    assert report["solutions_per_problem"] == pytest.approx(np.mean([r["n_solutions"] for r in rows]))
+    assert report["solutions_per_problem"] >= 2  # min_solutions = 2
+    assert 0 < report["reasoning_tokens_first"] <= cfg.sampling.max_new_tokens
     assert {"entropy_by_kind.png", "pass_at_k.png"} <= set(os.listdir(tmp_path / "plots"))
     assert "warm start pass@1 at T = 1" in (tmp_path / "report.md").read_text()
