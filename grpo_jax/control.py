@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import warnings
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -202,8 +203,8 @@ class RewardWeights:
 
     def _parse(self, raw: bytes) -> tuple[dict[str, float], str]:
         """(weights, "") for a valid file, ({}, problem) otherwise; never raises, whatever the file holds
-        (an int beyond float range, 1e400, NaN, Infinity, nesting deeper than the parser's recursion limit).
-        A weight of -0 is 0."""
+        (an int beyond float range, 1e400, NaN, Infinity, -0, nesting deeper than the parser's recursion limit).
+        A signed zero is refused too: "-0" reads as a negative weight that is not one, so the file says write 0."""
         try:
             obj = json.loads(raw)
         except (ValueError, UnicodeDecodeError, RecursionError) as e:
@@ -219,7 +220,9 @@ class RewardWeights:
                 shown = f"an integer of {len(str(abs(w)))} digits" if isinstance(w, int) and not isinstance(
                     w, bool) else f"{w!r:.80}"
                 return {}, f"weight of {dim!r} must be a finite number (a float), got {shown}"
-            weights[dim] = float(w) + 0.0  # + 0.0: -0 becomes 0
+            if w == 0 and math.copysign(1.0, w) < 0:
+                return {}, f"weight of {dim!r} is -0: write 0 (a zero weight has no sign)"
+            weights[dim] = float(w)
             if weights[dim] < 0 and dim not in self.cfg.allow_negative and self._base[self.dims.index(dim)] >= 0:
                 return {}, f"weight of {dim!r} must be >= 0, got {w!r} (list it in allow_negative to permit)"
         return weights, ""
