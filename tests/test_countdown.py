@@ -8,8 +8,17 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from grpo_jax.rewards import REWARDS, RewardInputError, countdown_reward
-from grpo_jax.rewards.countdown import MAX_ANSWER_CHARS, check_expression, evaluate, parse
+from grpo_jax.config import TrainConfig, override
+from grpo_jax.rewards import (
+    REWARDS,
+    RewardInputError,
+    countdown_numbers_reward,
+    countdown_reward,
+    countdown_steps_reward,
+    dimension_names,
+    evaluate as evaluate_rewards,
+)
+from grpo_jax.rewards.countdown import MAX_ANSWER_CHARS, MAX_THOUGHT_CHARS, check_expression, evaluate, parse
 from grpo_jax.tasks import SPLITS, TASKS, CountdownTask, get_task, split_of
 from grpo_jax.tasks.countdown import completion, count_solutions, solve, steps_for
 
@@ -257,3 +266,239 @@ def test_prompt_format_options_and_errors():
         task.solution({"prompt": "2 5 7:100=", "numbers": [2, 5, 7], "target": 100})
     with pytest.raises(ValueError, match="problem space is too small"):
         CountdownTask(n_numbers=2, max_number=3, max_target=9).generate("heldout", 50, seed=0)
+
+
+# ------------------------------------------------------------------------------------ countdown_numbers
+
+NUMBERS_REASONS = {"ok", "no_answer", "too_long", "multiple_answers", "parse_error", "unary_minus", "too_deep",
+                   "wrong_numbers"}
+
+
+def numbers_score(answer: str, sample: dict = SAMPLE) -> tuple[float, str]:
+    result = countdown_numbers_reward(f"{THINK}<answer>{answer}</answer>", sample)
+    return result.score, result.info["reason"]
+
+
+@pytest.mark.parametrize("answer, sample", [
+    ("(5*3)+8", SAMPLE),  # correct
+    ("5*3-8", SAMPLE),  # value 7, not 23: the value is countdown's business
+    ("8/(3-3)", {"numbers": [3, 3, 8], "target": 8}),  # no value at all: nothing is evaluated
+    (" 3 *\t(8 - 5) ", SAMPLE),  # spaces, tabs, any order
+    ("6/(1-3/4)", {"numbers": [1, 3, 4, 6], "target": 2}),  # fraction intermediate, wrong value
+])
+def test_countdown_numbers_scores_any_expression_over_the_numbers(answer, sample):
+    assert numbers_score(answer, sample) == (1.0, "ok")
+
+
+@pytest.mark.parametrize("answer, reason", [
+    ("5*3+8+8-8", "wrong_numbers"),  # 8 reused
+    ("5*3", "wrong_numbers"),  # 8 unused
+    ("5*3+9", "wrong_numbers"),  # 9 is not given
+    ("05*3+8", "wrong_numbers"),  # written differently from the row
+    ("-3+5*8", "unary_minus"),
+    ("(5*3)+8=23", "parse_error"),
+    ("5 3+8", "parse_error"),
+    ("five*3+8", "parse_error"),
+    ("(" * 40 + "5*3+8" + ")" * 40, "too_deep"),
+    ("1" + "0" * 400, "too_long"),
+    ("5*3+8\n5*3+8", "multiple_answers"),
+    ("", "no_answer"),
+])
+def test_countdown_numbers_reasons(answer, reason):
+    assert numbers_score(answer) == (0.0, reason)
+
+
+def test_countdown_numbers_reads_the_answer_segment_only():
+    assert countdown_numbers_reward("<think>5*3+8</think>", SAMPLE).info["reason"] == "no_answer"
+    assert countdown_numbers_reward("<think>5*3+8", SAMPLE).info["reason"] == "no_answer"  # unfinished thinking
+    assert countdown_numbers_reward("5*3+8", SAMPLE).score == 1.0  # no tags: the whole response
+    two = f"{THINK}<answer>5*3+8</answer><answer>5*3+8</answer>"
+    assert countdown_numbers_reward(two, SAMPLE).info["reason"] == "multiple_answers"
+
+
+def test_wrong_value_with_the_right_numbers_splits_the_two_answer_rewards():
+    response = f"{THINK}<answer>(5*3)-8</answer>"
+    assert (countdown_reward(response, SAMPLE).score, countdown_reward(response, SAMPLE).info["reason"]) == (
+        0.0, "wrong_value")
+    assert countdown_numbers_reward(response, SAMPLE).score == 1.0
+    assert countdown_steps_reward(response, SAMPLE).score == 1.0  # the trace is judged on its own
+
+
+# ------------------------------------------------------------------------------------ countdown_steps
+
+STEPS_REASONS = {"ok", "no_think", "too_long", "parse_error", "too_many_steps", "wrong_arithmetic",
+                 "unavailable_operand", "numbers_left"}
+
+
+def steps_info(thought: str, sample: dict = SAMPLE) -> dict:
+    result = countdown_steps_reward(f"<think>{thought}</think><answer>(5*3)+8</answer>", sample)
+    assert result.score == float(result.info["reason"] == "ok")
+    return dict(result.info)
+
+
+@pytest.mark.parametrize("thought, sample, value", [
+    ("5*3=15, 15+8=23", SAMPLE, 23),  # the task's form
+    ("5*3=15,15+8=23", SAMPLE, 23),  # no space after the comma
+    (" 5 *\t3 = 15 , 15 + 8 = 23 ", SAMPLE, 23),  # spaces and tabs around tokens
+    ("3*5=15, 8+15=23", SAMPLE, 23),  # smaller operand first
+    ("8-5=3, 3*3=9", SAMPLE, 9),  # a result reused as an operand next to an equal given number; value != target
+    ("8-3=5, 5-5=0", SAMPLE, 0),  # a zero result is a non-negative integer
+    ("8/8=1, 3*1=3", {"numbers": [3, 8, 8], "target": 3}, 3),  # exact division, a number given twice
+    ("0+3=3, 3+5=8, 8*8=64", {"numbers": [0, 3, 5, 8], "target": 64}, 64),
+])
+def test_countdown_steps_valid_traces(thought, sample, value):
+    info = steps_info(thought, sample)
+    assert (info["reason"], info["value"]) == ("ok", value)
+
+
+@pytest.mark.parametrize("thought, reason, step", [
+    ("5*3=16, 16+8=24", "wrong_arithmetic", 1),  # a wrong step, then consistent with it
+    ("5*3=15, 15+8=24", "wrong_arithmetic", 2),
+    ("8/3=2, 5*2=10", "wrong_arithmetic", 1),  # inexact division
+    ("5-8=0, 3+8=11", "wrong_arithmetic", 1),  # below zero
+    ("5*3=15, 15+5=20", "unavailable_operand", 2),  # 5 reused
+    ("5*3=15, 15+15=30", "unavailable_operand", 2),  # a result used twice
+    ("9*3=27, 27+8=35", "unavailable_operand", 1),  # 9 is not given
+    ("3+3=6, 6+8=14", "unavailable_operand", 1),  # 3 given once
+    ("5*3=15, 23+8=31", "unavailable_operand", 2),  # a result never produced
+])
+def test_countdown_steps_step_reasons(thought, reason, step):
+    info = steps_info(thought)
+    assert (info["reason"], info["step"]) == (reason, step)
+
+
+def test_countdown_steps_division_by_zero_is_wrong_arithmetic():
+    sample = {"numbers": [3, 8, 8], "target": 3}
+    assert steps_info("8-8=0, 0/3=0", sample)["reason"] == "ok"  # zero divided is fine
+    info = steps_info("8-8=0, 3/0=0", sample)  # no result of 3/0 is right
+    assert (info["reason"], info["step"]) == ("wrong_arithmetic", 2)
+
+
+@pytest.mark.parametrize("thought, reason", [
+    ("5*3=15", "numbers_left"),  # 8 unused
+    ("5*3=15, 15+8=23, 23+0=23", "too_many_steps"),  # no trace of 3 numbers has 3 steps
+    ("3-5=-2, 8*2=16", "parse_error"),  # a negative result cannot be written
+    ("8/5=1.6, 3*1.6=4.8", "parse_error"),  # nor a fractional one
+    ("05*3=15, 15+8=23", "parse_error"),  # leading zero
+    ("5*3=015, 15+8=23", "parse_error"),
+    ("5*3=15, 15+8=23,", "parse_error"),  # an empty step
+    ("5*3=15\n15+8=23", "parse_error"),  # steps are separated by commas
+    ("5*3=15; 15+8=23", "parse_error"),
+    ("(5*3)+8=23", "parse_error"),  # one step is one operation
+    ("5*3=15, 15+8", "parse_error"),
+    ("5x3=15, 15+8=23", "parse_error"),
+    ("5*3=15, 15+8=23 so 23", "parse_error"),
+    ("\u0665*3=15, 15+8=23", "parse_error"),  # an Arabic-Indic digit five is not a trace number
+    ("1" * (MAX_THOUGHT_CHARS + 1), "too_long"),
+    ("", "no_think"),
+])
+def test_countdown_steps_trace_reasons(thought, reason):
+    assert steps_info(thought)["reason"] == reason
+
+
+def test_countdown_steps_reads_the_thinking_segment():
+    assert countdown_steps_reward("(5*3)+8", SAMPLE).info["reason"] == "no_think"  # no tags: all answer
+    assert countdown_steps_reward("<answer>(5*3)+8</answer>", SAMPLE).info["reason"] == "no_think"
+    assert countdown_steps_reward("<think>5*3=15, 15+8=23", SAMPLE).score == 1.0  # cut off after the trace
+    assert countdown_steps_reward("5*3=15, 15+8=23</think>(5*3)+8", SAMPLE).score == 1.0  # no opening tag
+    # the first think block is the thinking
+    assert countdown_steps_reward(f"{THINK}<think>junk</think>(5*3)+8", SAMPLE).score == 1.0
+    custom = countdown_steps_reward("<r>5*3=15, 15+8=23</r><a>(5*3)+8</a>", SAMPLE, think_tag="r", answer_tag="a")
+    assert custom.score == 1.0
+
+
+def test_new_rewards_registration_and_malformed_samples():
+    assert countdown_numbers_reward.reward_version == "1" and REWARDS["countdown_numbers"] is countdown_numbers_reward
+    assert countdown_steps_reward.reward_version == "1" and REWARDS["countdown_steps"] is countdown_steps_reward
+    assert countdown_reward.reward_version == "1"
+    for fn in (countdown_numbers_reward, countdown_steps_reward):
+        for sample in ({"numbers": [3, 5, 8]}, {"target": 23}, {"numbers": [], "target": 1},
+                       {"numbers": [3, True], "target": 1}, {"numbers": [3, 10**7], "target": 1},
+                       {"numbers": [3, 5], "target": "8"}, {"numbers": "3 5", "target": 8}):
+            with pytest.raises(RewardInputError):
+                fn(f"{THINK}<answer>5*3+8</answer>", sample)
+        with pytest.raises(RewardInputError):
+            fn("5*3+8", SAMPLE, tol=1)  # an unknown keyword is a config bug
+        assert fn(None, SAMPLE).info["reason"] == "response_not_a_string"
+
+
+def test_solver_completions_score_one_on_all_three():
+    task = CountdownTask(n_numbers=3, max_number=50, min_solutions=2)
+    rows = task.generate("heldout", 50, seed=0)
+    scored = 0
+    for row in rows:
+        for text in task.solutions(row):
+            for fn in (countdown_reward, countdown_numbers_reward, countdown_steps_reward):
+                result = fn(text, row)
+                assert result.score == 1.0, (text, fn.reward_name, result.info)
+            assert countdown_steps_reward(text, row).info["value"] == row["target"]
+            scored += 1
+    assert scored >= 2 * len(rows)  # min_solutions=2
+
+
+def test_huge_thoughts_are_cut_fast():
+    for thought in ("9" * 10**6, "1+1=2," * 10**5, "," * 10**5, "x" + " " * 10**5 + "x"):
+        t0 = time.perf_counter()
+        assert steps_info(thought)["reason"] == "too_long"
+        assert time.perf_counter() - t0 < 0.5
+    longest = "5*3=15, 15+8=23" + " " * (MAX_THOUGHT_CHARS - 15)  # exactly the cap: still read
+    assert len(longest) == MAX_THOUGHT_CHARS and steps_info(longest)["reason"] == "ok"
+    big = {"numbers": [999_999, 999_998, 999_997], "target": 1}
+    trace = f"999999*999998={999_999 * 999_998}, {999_999 * 999_998}*999997={999_999 * 999_998 * 999_997}"
+    assert steps_info(trace, big)["reason"] == "ok"
+
+
+def _junk_or_mutated_trace(rng: np.random.Generator) -> str:
+    """Random junk from trace and tag pieces, or a valid trace with a few characters replaced (reaches the
+    per-step checks, which pure junk rarely does)."""
+    pieces = list("0123456789+-*/()=, \n\tx.") + ["15", "23", "<think>", "</think>", "<answer>", "</answer>"]
+    if rng.random() < 0.5:
+        return "".join(rng.choice(pieces, size=int(rng.integers(0, 60))))
+    chars = list("<think>5*3=15, 15+8=23</think><answer>(5*3)+8</answer>")
+    for _ in range(int(rng.integers(1, 4))):
+        chars[int(rng.integers(0, len(chars)))] = str(rng.choice(pieces))
+    return "".join(chars)
+
+
+def test_new_rewards_never_raise_on_random_text():
+    rng = np.random.default_rng(0)
+    seen = {"countdown_numbers": set(), "countdown_steps": set()}
+    for _ in range(2000):
+        text = _junk_or_mutated_trace(rng)
+        for fn, known in ((countdown_numbers_reward, NUMBERS_REASONS), (countdown_steps_reward, STEPS_REASONS)):
+            result = fn(text, SAMPLE)
+            assert result.score in (0.0, 1.0) and result.info["reason"] in known, (text, fn.reward_name, result.info)
+            assert result.score == float(result.info["reason"] == "ok")
+            seen[fn.reward_name].add(result.info["reason"])
+    assert {"ok", "parse_error", "wrong_numbers", "no_answer"} <= seen["countdown_numbers"]
+    assert {"ok", "no_think", "parse_error", "wrong_arithmetic"} <= seen["countdown_steps"]
+
+
+# ------------------------------------------------------------------------------------ several dimensions
+
+
+def test_config_specs_with_all_four_dimensions_score_a_matrix():
+    from grpo_jax.build import reward_specs  # imports jax and the models: only this test needs them
+
+    specs_json = ('[{"name": "countdown", "weight": 1.0}, {"name": "countdown_numbers", "weight": 1.0}, '
+                  '{"name": "countdown_steps", "weight": 1.0}, '
+                  '{"name": "format", "weight": 1.0, "kwargs": {"require_answer_tag": true}}]')
+    cfg = override(TrainConfig(), [f"rewards.specs={specs_json}"])
+    specs = reward_specs(cfg, CountdownTask())
+    assert dimension_names(specs) == ["countdown", "countdown_numbers", "countdown_steps", "format"]
+    responses = [
+        "<think>5*3=15, 15+8=23</think><answer>(5*3)+8</answer>",  # everything right
+        "<think>5*3=15, 15-8=7</think><answer>(5*3)-8</answer>",  # valid trace, right numbers, wrong value
+        "<think>5*3=16, 16+8=24</think><answer>(5*3)+8</answer>",  # correct answer after a broken trace
+        "<think>5*3=15</think><answer>5*3</answer>",  # 8 unused in both
+        "(5*3)+8",  # no tags: the answer is right, there is no thinking and no format
+    ]
+    rewards_NxK, infos = evaluate_rewards(specs, responses, [SAMPLE] * len(responses))
+    assert rewards_NxK.shape == (5, 4) and rewards_NxK.dtype == np.float32
+    assert rewards_NxK.tolist() == [[1, 1, 1, 1], [0, 1, 1, 1], [1, 1, 0, 1], [0, 0, 0, 1], [1, 1, 0, 0]]
+    assert rewards_NxK[1, :3].sum() == rewards_NxK[2, :3].sum() == 2  # two different failures tie when summed
+    assert infos["versions"] == {"countdown": "1", "countdown_numbers": "1", "countdown_steps": "1", "format": "1"}
+    assert infos["per_response"][2]["countdown_steps"]["reason"] == "wrong_arithmetic"
+    with pytest.raises(ValueError, match=r"rewards\.specs\[0\].*unknown kwargs"):
+        reward_specs(override(TrainConfig(), ['rewards.specs=[{"name": "countdown_steps", "kwargs": {"x": 1}}]']),
+                     CountdownTask())

@@ -7,7 +7,7 @@ naming the field. Model-written code runs only in the sandbox (sandbox.py), neve
 
 from grpo_jax.rewards.base import MissingFieldError, RewardInputError, RewardResult
 from grpo_jax.rewards.code import code_reward
-from grpo_jax.rewards.countdown import countdown_reward
+from grpo_jax.rewards.countdown import countdown_numbers_reward, countdown_reward, countdown_steps_reward
 from grpo_jax.rewards.format import format_reward, split_response
 from grpo_jax.rewards.math import answers_equal, math_reward
 from grpo_jax.rewards.penalties import length_penalty, overlong_penalty, repetition_penalty
@@ -24,7 +24,9 @@ __all__ = [
     "RewardSpec",
     "answers_equal",
     "code_reward",
+    "countdown_numbers_reward",
     "countdown_reward",
+    "countdown_steps_reward",
     "dimension_names",
     "evaluate",
     "format_reward",

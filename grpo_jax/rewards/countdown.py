@@ -1,5 +1,13 @@
-"""Countdown reward: 1 when the answer is an arithmetic expression that uses each of the sample's numbers
-exactly once and equals its target, computed exactly; else 0 with the reason in `info["reason"]`.
+"""Countdown rewards, three binary dimensions of one completion (each 1, or 0 with `info["reason"]`):
+- `countdown`: the answer is an arithmetic expression that uses each of the sample's numbers exactly
+  once and equals its target, computed exactly;
+- `countdown_numbers`: the answer is such an expression over exactly the sample's numbers, whatever its
+  value (the `countdown` checks up to and including `wrong_numbers`; no arithmetic runs);
+- `countdown_steps`: the thinking is a valid trace over the sample's numbers (below), whatever its
+  final value.
+At equal weight their sum ties different failures (a valid trace with a right-numbers wrong-value
+answer and a correct answer after a broken trace both score 2): that is what a multi-reward
+advantage estimator has to tell apart, and why they are separate dimensions.
 
 The answer is the answer segment of `format.split_response` (as for `math`): the text of the answer
 blocks, or with no answer tag the text after `</think>`; an unclosed `<think>` leaves no answer. Text
@@ -21,6 +29,22 @@ The expression language, read by a small recursive-descent parser (model text ne
 Bounds, so that no model output is slow: the answer is at most MAX_ANSWER_CHARS characters
 (`too_long`), parentheses nest at most MAX_DEPTH deep (`too_deep`), and arithmetic only runs once the
 literals are the sample's own numbers, so values stay as small as the sample's.
+
+The trace (`countdown_steps`) is the thinking segment of `split_response`: the first think block, or all
+of an unclosed one (a cut-off response may still hold a whole trace; the other rewards judge the rest).
+    thought := step ("," step)*          step := number op number "=" number
+    number := "0" | [1-9][0-9]*          op := "+" | "-" | "*" | "/"     spaces and tabs between tokens
+- Every number is a non-negative integer written without sign or leading zero, so negative and
+  fractional intermediates cannot be written (`3-5=-2` and `7/2=3.5` are `parse_error`): the task's
+  traces keep positive integers; here a zero result (`5-5=0`) is allowed too.
+- A step's result must be its exact value (`-` not below zero, `/` exact and not by zero), else
+  `wrong_arithmetic`; then each operand must be available, else `unavailable_operand`. Available: the
+  sample's numbers and earlier results, as a multiset; a step removes its operands and adds its result.
+- A valid trace ends with exactly one number left: fewer steps than len(numbers) - 1 is `numbers_left`,
+  more is `too_many_steps` (no trace can have them). Its final value is `countdown`'s business.
+- Reasons in order: no_think (empty thinking), too_long (over MAX_THOUGHT_CHARS), parse_error,
+  too_many_steps, then per step wrong_arithmetic / unavailable_operand, then numbers_left. Work is
+  bounded by MAX_THOUGHT_CHARS: every integer is written in the thought, so none is longer than it.
 """
 
 from __future__ import annotations
@@ -35,12 +59,17 @@ from grpo_jax.rewards.base import RewardInputError, RewardResult, require, rewar
 from grpo_jax.rewards.format import split_response
 
 COUNTDOWN_VERSION = "1"
+COUNTDOWN_NUMBERS_VERSION = "1"
+COUNTDOWN_STEPS_VERSION = "1"
 MAX_ANSWER_CHARS = 200  # a 4-number answer is ~15 characters; far longer is no expression of the numbers
 MAX_LITERAL_DIGITS = 6  # a sample's numbers are below 10**6 (checked), so a longer literal is foreign
 MAX_DEPTH = 32  # parenthesis nesting; bounds the parser's recursion
+MAX_THOUGHT_CHARS = 400  # a 4-number trace is ~25 characters; far longer is no trace of the numbers
 
 _TOKEN_RE = re.compile(r"[ \t]*(?:([0-9]+)|([-+*/()]))")  # [0-9], not \d: other scripts' digits are not literals
 _PRECEDENCE_OPS = (("+", "-"), ("*", "/"))
+_NUMBER = "(0|[1-9][0-9]*)"  # a trace number: no sign, no leading zero, ASCII digits only
+_STEP_RE = re.compile(rf"[ \t]*{_NUMBER}[ \t]*([-+*/])[ \t]*{_NUMBER}[ \t]*=[ \t]*{_NUMBER}[ \t]*")
 
 Node = Union[str, tuple[str, "Node", "Node"]]  # a literal's text, or (operator, left, right)
 
@@ -151,19 +180,89 @@ def _uses_numbers(literals: Sequence[str], numbers: Sequence[int]) -> bool:
     return all(len(t) <= MAX_LITERAL_DIGITS for t in literals) and Counter(literals) == Counter(map(str, numbers))
 
 
+def _tree_over(text: str, numbers: Sequence[int]) -> Node:
+    """The syntax tree of `text` (one answer expression) when its literals are exactly `numbers`; raises
+    _Reject with the reason (too_long, multiple_answers, the parser's reasons, wrong_numbers)."""
+    if len(text) > MAX_ANSWER_CHARS:
+        raise _Reject("too_long")
+    if "\n" in text:
+        raise _Reject("multiple_answers")
+    tree, literals = parse(text)
+    if not _uses_numbers(literals, numbers):
+        raise _Reject("wrong_numbers")
+    return tree
+
+
 def check_expression(text: str, numbers: Sequence[int], target: int) -> str:
     """'correct', or the reason `text` (one answer expression) is not a solution of numbers -> target."""
-    if len(text) > MAX_ANSWER_CHARS:
-        return "too_long"
-    if "\n" in text:
-        return "multiple_answers"
     try:
-        tree, literals = parse(text)
-        if not _uses_numbers(literals, numbers):
-            return "wrong_numbers"
-        return "correct" if evaluate(tree) == target else "wrong_value"
+        return "correct" if evaluate(_tree_over(text, numbers)) == target else "wrong_value"
     except _Reject as e:
         return e.reason
+
+
+def check_numbers(text: str, numbers: Sequence[int]) -> str:
+    """'ok', or the reason `text` (one answer expression) is not an expression over exactly `numbers`."""
+    try:
+        _tree_over(text, numbers)
+    except _Reject as e:
+        return e.reason
+    return "ok"
+
+
+def parse_steps(thought: str) -> list[tuple[int, str, int, int]]:
+    """(left, op, right, result) of each comma-separated step of `thought`; raises _Reject("parse_error")."""
+    steps = []
+    for piece in thought.split(","):
+        m = _STEP_RE.fullmatch(piece)
+        if m is None:
+            raise _Reject("parse_error")
+        steps.append((int(m.group(1)), m.group(2), int(m.group(3)), int(m.group(4))))
+    return steps
+
+
+def step_value(left: int, op: str, right: int) -> int | None:
+    """The exact value of `left op right` when it is a non-negative integer, else None."""
+    if op == "+":
+        return left + right
+    if op == "*":
+        return left * right
+    if op == "-":
+        return left - right if left >= right else None
+    return left // right if right and left % right == 0 else None
+
+
+def check_trace(thought: str, numbers: Sequence[int]) -> dict[str, Any]:
+    """{"reason": "ok" or why `thought` is not a valid trace over `numbers` (module docstring)}, plus
+    "step" (1-based) for a step that fails and "value", the number left, for a valid trace."""
+    if not thought:
+        return {"reason": "no_think"}
+    if len(thought) > MAX_THOUGHT_CHARS:
+        return {"reason": "too_long"}
+    try:
+        steps = parse_steps(thought)
+    except _Reject as e:
+        return {"reason": e.reason}
+    if len(steps) > len(numbers) - 1:
+        return {"reason": "too_many_steps"}
+    available = Counter(numbers)
+    for index, (left, op, right, result) in enumerate(steps, start=1):
+        if step_value(left, op, right) != result:
+            return {"reason": "wrong_arithmetic", "step": index}
+        for operand in (left, right):
+            if available[operand] == 0:
+                return {"reason": "unavailable_operand", "step": index}
+            available[operand] -= 1
+        available[result] += 1
+    left_over = +available  # drops the used-up numbers
+    if sum(left_over.values()) != 1:
+        return {"reason": "numbers_left"}
+    return {"reason": "ok", "value": next(iter(left_over))}
+
+
+def _answer(response: str, think_tag: str, answer_tag: str) -> str:
+    """The answer segment both answer rewards read (module docstring)."""
+    return split_response(response, think_tag=think_tag, answer_tag=answer_tag).answer.strip()
 
 
 @reward("countdown", COUNTDOWN_VERSION)
@@ -174,8 +273,37 @@ def countdown_reward(
     docstring), else 0 with `info["reason"]`: no_answer, too_long, multiple_answers, parse_error,
     unary_minus, too_deep, wrong_numbers, division_by_zero, wrong_value."""
     numbers, target = _sample_problem(sample)
-    segment = split_response(response, think_tag=think_tag, answer_tag=answer_tag).answer.strip()
+    segment = _answer(response, think_tag, answer_tag)
     if not segment:
         return RewardResult(0.0, {"reason": "no_answer"})
     reason = check_expression(segment, numbers, target)
     return RewardResult(float(reason == "correct"), {"reason": reason, "expression": segment[:200]})
+
+
+@reward("countdown_numbers", COUNTDOWN_NUMBERS_VERSION)
+def countdown_numbers_reward(
+    response: str, sample: Mapping[str, Any], *, think_tag: str = "think", answer_tag: str = "answer"
+) -> RewardResult:
+    """1 if the answer is an expression whose literals are exactly `sample["numbers"]` (as a multiset),
+    whatever its value, else 0 with `info["reason"]`: no_answer, too_long, multiple_answers, parse_error,
+    unary_minus, too_deep, wrong_numbers. Nothing is evaluated, so `8/(3-3)` over 3, 3, 8 scores 1.
+    `sample["target"]` is required and checked as for `countdown`, so the three rewards read the same rows."""
+    numbers, _ = _sample_problem(sample)
+    segment = _answer(response, think_tag, answer_tag)
+    if not segment:
+        return RewardResult(0.0, {"reason": "no_answer"})
+    reason = check_numbers(segment, numbers)
+    return RewardResult(float(reason == "ok"), {"reason": reason, "expression": segment[:200]})
+
+
+@reward("countdown_steps", COUNTDOWN_STEPS_VERSION)
+def countdown_steps_reward(
+    response: str, sample: Mapping[str, Any], *, think_tag: str = "think", answer_tag: str = "answer"
+) -> RewardResult:
+    """1 if the thinking is a valid trace over `sample["numbers"]` (module docstring), whatever its final
+    value, else 0 with `info["reason"]`: no_think, too_long, parse_error, too_many_steps,
+    wrong_arithmetic, unavailable_operand, numbers_left. `sample["target"]` is required as for `countdown`."""
+    numbers, _ = _sample_problem(sample)
+    thought = split_response(response, think_tag=think_tag, answer_tag=answer_tag).thinking
+    info = check_trace(thought, numbers)
+    return RewardResult(float(info["reason"] == "ok"), info)

@@ -24,7 +24,7 @@ import numpy as np
 from grpo_jax.config import REWARD_SPEC_FIELDS
 from grpo_jax.rewards.base import RewardFn, RewardResult
 from grpo_jax.rewards.code import code_reward
-from grpo_jax.rewards.countdown import countdown_reward
+from grpo_jax.rewards.countdown import countdown_numbers_reward, countdown_reward, countdown_steps_reward
 from grpo_jax.rewards.format import format_reward
 from grpo_jax.rewards.math import math_reward
 from grpo_jax.rewards.penalties import length_penalty, overlong_penalty, repetition_penalty
@@ -42,6 +42,8 @@ REWARDS: Mapping[str, RewardFn] = MappingProxyType(
             science_reward,
             translation_reward,
             countdown_reward,
+            countdown_numbers_reward,
+            countdown_steps_reward,
             repetition_penalty,
             overlong_penalty,
             length_penalty,

@@ -15,8 +15,8 @@ def test_unknown_reward_lists_the_known_ones():
         RewardSpec("maths")
     for name in ("math", "format", "code", "science", "translation", "repetition", "overlong", "length"):
         assert name in str(err.value)
-    assert set(REWARDS) == {"math", "format", "code", "science", "translation", "countdown", "repetition",
-                            "overlong", "length"}
+    assert set(REWARDS) == {"math", "format", "code", "science", "translation", "countdown", "countdown_numbers",
+                            "countdown_steps", "repetition", "overlong", "length"}
 
 
 def test_spec_validation():
