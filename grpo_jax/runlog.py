@@ -66,8 +66,7 @@ class RunLogger:
                  progress: bool = True, resume_step: int | None = None):
         self.out_dir = out_dir
         os.makedirs(out_dir, exist_ok=True)
-        torn = torn_tails(out_dir)  # read before _prepare_files removes them
-        dropped = _prepare_files(out_dir, resume_step)
+        dropped, torn = _prepare_files(out_dir, resume_step)
         self._files = {name: open(self.path(name), "a", encoding="utf-8", newline="\n")
                        for name in (*STEP_FILES, "events")}
         self._tb = _open_tensorboard(os.path.join(out_dir, "tb"), resume_step) if tensorboard else None
@@ -182,27 +181,6 @@ class RunLogger:
                  if _is_number(metrics.get(k))}
         self._bar.update(step - self._bar.n)
         self._bar.set_postfix(shown)
-
-
-def torn_tails(out_dir: str) -> dict[str, int]:
-    """{name: 1} for each JSONL stream of out_dir (step files and events) whose last line is a row cut
-    mid-line: no newline and not valid JSON (what a kill during a write, or a copy cut short, leaves)."""
-    out = {}
-    for name in (*STEP_FILES, "events"):
-        path = os.path.join(out_dir, f"{name}.jsonl")
-        if not os.path.exists(path):
-            continue
-        with open(path, "rb") as f:
-            f.seek(max(0, os.path.getsize(path) - 1))
-            if f.read(1) in (b"", b"\n"):
-                continue
-        with open(path, encoding="utf-8") as f:
-            last = f.read().splitlines()[-1]
-        try:
-            json.loads(last)
-        except json.JSONDecodeError:
-            out[name] = 1
-    return out
 
 
 def has_step_rows(out_dir: str) -> bool:
@@ -379,6 +357,11 @@ def _is_number(v: Any) -> bool:
 
 def _parse_lines(path: str) -> list[tuple[str, Row]]:
     """(line, row) pairs; a torn final line (no newline, invalid JSON) is dropped, other bad lines raise."""
+    return _read_rows(path)[0]
+
+
+def _read_rows(path: str) -> tuple[list[tuple[str, Row]], bool]:
+    """`_parse_lines`, and whether it dropped a torn final line (the row being written when a process died)."""
     with open(path, encoding="utf-8") as f:
         lines = f.read().splitlines(keepends=True)
     parsed = []
@@ -389,37 +372,39 @@ def _parse_lines(path: str) -> list[tuple[str, Row]]:
             parsed.append((line, json.loads(line)))
         except json.JSONDecodeError as e:
             if i == len(lines) - 1 and not line.endswith("\n"):
-                break  # the line being written when the process died
+                return parsed, True
             raise ValueError(f"{path}:{i + 1}: invalid JSON ({e.msg})") from None
-    return parsed
+    return parsed, False
 
 
-def _keep_rows(path: str, keep: Callable[[Row], bool]) -> int:
-    """Rewrites ``path`` atomically with the rows ``keep`` accepts, minus any torn tail; returns # dropped."""
+def _keep_rows(path: str, keep: Callable[[Row], bool]) -> tuple[int, bool]:
+    """Rewrites ``path`` atomically with the rows ``keep`` accepts, minus any torn tail; returns (# rows
+    dropped, whether a torn tail was)."""
     if not os.path.exists(path):
-        return 0
-    parsed = _parse_lines(path)
+        return 0, False
+    parsed, torn = _read_rows(path)
     kept = [line if line.endswith("\n") else line + "\n" for line, row in parsed if keep(row)]
     with open(path, encoding="utf-8") as f:
         unchanged = f.read() == "".join(kept)
     if not unchanged:
         atomic_write(path, _text("".join(kept)))
-    return len(parsed) - len(kept)
+    return len(parsed) - len(kept), torn
 
 
-def _prepare_files(out_dir: str, resume_step: int | None) -> dict[str, int]:
-    """Makes the step files end at ``resume_step`` and removes torn tails; returns rows dropped per file."""
-    paths = {name: os.path.join(out_dir, f"{name}.jsonl") for name in STEP_FILES}
+def _prepare_files(out_dir: str, resume_step: int | None) -> tuple[dict[str, int], dict[str, int]]:
+    """Makes the step files end at ``resume_step`` and removes torn tails; returns (rows dropped per step
+    file, {name: 1} for each stream, events included, whose torn tail went)."""
+    paths = {name: os.path.join(out_dir, f"{name}.jsonl") for name in (*STEP_FILES, "events")}
     if resume_step is None:
-        busy = [p for p in paths.values() if os.path.exists(p) and _parse_lines(p)]
+        busy = [paths[n] for n in STEP_FILES if os.path.exists(paths[n]) and _parse_lines(paths[n])]
         if busy:
             raise FileExistsError(f"{busy[0]} already holds rows of a run; pass resume_step=k to continue "
                                   "after step k (0 restarts; the trainer's --resume does this from the newest "
                                   "checkpoint) or choose another out_dir")
-    dropped = {name: _keep_rows(p, lambda row: resume_step is None or row["step"] <= resume_step)
-               for name, p in paths.items()}
-    _keep_rows(os.path.join(out_dir, "events.jsonl"), lambda row: True)  # only a torn tail goes
-    return dropped
+    results = {name: _keep_rows(p, lambda row: name == "events" or resume_step is None or row["step"] <= resume_step)
+               for name, p in paths.items()}  # events: only a torn tail goes
+    dropped = {name: n for name, (n, _) in results.items() if name != "events"}
+    return dropped, {name: 1 for name, (_, torn) in results.items() if torn}
 
 
 def _text(s: str) -> Callable[[IO[bytes]], None]:
