@@ -19,10 +19,10 @@ import os
 import time
 from collections.abc import Callable
 
-from grpo_jax import monitor, runlock, runlog
+from grpo_jax import monitor, runlog
 from grpo_jax.cli import parse_args
 from grpo_jax.sft import warm_start
-from grpo_jax.train import Trainer
+from grpo_jax.train import Trainer, open_trainer
 
 Targets = Callable[[dict], list[tuple[str, bool]]]
 
@@ -70,10 +70,7 @@ def run(argv, *, doc: str, get_config, spec: Spec, clock: Clock) -> dict:
     args, cfg = parse_args(argv, description=doc, get_config=get_config)
     out = args.out if args.out != "runs/grpo" else spec.default_out
     last_write = runlog.last_write_time(out)  # when an earlier, interrupted process stopped (read before rewriting)
-    try:
-        trainer = Trainer(cfg, out, resume=args.resume, quiet=args.quiet)
-    except runlock.RunLocked as e:  # another run holds the folder: its message, without a traceback
-        raise SystemExit(f"error: {e}") from None
+    trainer = open_trainer(cfg, out, resume=args.resume, quiet=args.quiet)
     hold = trainer.lock.again() if trainer.lock is not None else None  # the trainer's is released by run()
     try:
         summary, paused = _train_and_report(trainer, args, cfg, out, spec, clock, last_write)

@@ -357,12 +357,18 @@ def _without_step(info: dict) -> dict:
 # command line (the shared flags: grpo_jax.cli)
 # --------------------------------------------------------------------------------------------------
 
+def open_trainer(cfg: TrainConfig, out_dir: str, **kwargs) -> Trainer:
+    """`Trainer(cfg, out_dir, **kwargs)` for a command line: a folder another run holds ends the process with
+    that run's description (`runlock`) instead of a traceback."""
+    try:
+        return Trainer(cfg, out_dir, **kwargs)
+    except runlock.RunLocked as e:
+        raise SystemExit(f"error: {e}") from None
+
+
 def main(argv=None) -> dict:
     args, cfg = parse_args(argv, description="Run GRPO from a config: python -m grpo_jax.train --out DIR --set ...")
-    try:
-        trainer = Trainer(cfg, args.out, resume=args.resume, quiet=args.quiet, rollback_to=args.rollback_to)
-    except runlock.RunLocked as e:  # another run holds the folder: its message, without a traceback
-        raise SystemExit(f"error: {e}") from None
+    trainer = open_trainer(cfg, args.out, resume=args.resume, quiet=args.quiet, rollback_to=args.rollback_to)
     summary = trainer.run()
     if summary["paused"]:
         monitor.exit_paused(args.out, summary["steps"])
