@@ -1,23 +1,37 @@
-"""Reward-collapse study: GRPO's sum-then-normalise against per-dimension normalisation, weight changes,
-a curriculum and a mid-run hot reload, on 3-digit addition with held-out accuracy.
+"""Reward-collapse study on Countdown, faithful to GDPO (Liu et al. 2026, arXiv 2601.05242): several binary rewards
+at equal weight, rollouts at the default temperature, GRPO's sum-then-normalise against per-dimension
+normalisation and a conditioned reward, judged on held-out joint success.
 
-    python experiments/reward_collapse.py --jobs 2             # 6 arms x 3 seeds -> runs/reward_collapse/results.md
-                                                               # (two one-core processes: 48 min on 2 cores)
-    python experiments/reward_collapse.py --arms grpo,gdpo --seeds 3,4
-    python experiments/reward_collapse.py --smoke              # seconds; what the tests run
+    python experiments/reward_collapse.py --jobs 2       # the pre-registered runs -> runs/reward_collapse/results.md
+    python experiments/reward_collapse.py --arms per_dim,low_easy --seeds 201,202,203   # exploratory arms
+    python experiments/reward_collapse.py --smoke        # seconds; what the tests run
 
-Setting: the default experiment's model and warm start (supervised to 30% validation accuracy; one warm
-start, seed --warm-seed (default --seed), shared by every seed and arm, so that seeds vary the RL alone;
---warm-seed -1 gives each seed its own), then GRPO with rollouts at TEMPERATURE 1.5 and two rewards of very different
-difficulty: correctness (hard, weight CORRECT_WEIGHT) and format (easy: greedy output is always formatted,
-but hot rollouts fail it about half the time at first; weight EASY_WEIGHT, high). Arms (one
-flag each): `grpo` (sum, then group z-score), `gdpo`, `per_dim`, `grpo_low_easy` (the easy weight lowered),
-`curriculum` (format first, correctness ramped in over CURRICULUM_STEPS) and `hot_reload` (the easy weight
-lowered by rewriting the weights file at step RELOAD_AT, as a researcher would mid-run).
+A stopped study (a working period ends, kill -9) resumes with the same command: finished runs are kept, a
+stopped run continues from its newest checkpoint (every CHECKPOINT_EVERY steps).
 
-Reported per arm and seed (results.json, results.md, plots/): accuracy_start, accuracy_final,
-accuracy_best, format_rate_final, collapse_ratio, adv_corr_<dim> and adv_corr_within_<dim> for every
-dimension, distinct advantages per group (means over the last 20 steps).
+Setting: Countdown (3 numbers in 1..50, target <= 100, >= 2 solutions per problem), each seed its own supervised
+warm start (to 30% validation accuracy) shared by that seed's arms, then STEPS GRPO steps at T = 1 with four
+binary rewards at weight 1 (DIMS): `countdown` (the answer reaches the target using each number once),
+`countdown_numbers` (the answer uses exactly the given numbers, whatever its value: the easy dimension),
+`countdown_steps` with first=1 (the thinking starts with a valid step: an exact operation on two given numbers;
+about 4% of rollouts at the start, the rare one) and `length_budget` (the completion is at most BUDGET tokens: 76%
+of held-out problems have a solution that fits and 30% have some that fit and some that do not, so it rewards
+choosing a shorter solution path; a policy can also meet it by writing shorter, wrong steps). Joint success (all
+four satisfied) is a correct answer within the budget whose thinking starts with a valid step.
+
+Arms (the pre-registered ones run by default): `grpo` (sum, then group z-score), `gdpo` (each dimension z-scored
+in its group, summed, batch-normalised), `per_dim` (per-dimension advantages), `conditioned` (grpo with
+`countdown_numbers`, `countdown_steps` and `length_budget` counting only when `countdown` is satisfied: GDPO's
+conditioned reward) and `null` (grpo with only its rollout key changed: the noise floor). Run by name only
+(exploratory): `low_easy` (grpo with the easy dimension's weight lowered to LOW_EASY_WEIGHT) and `hot_reload` (the
+same weight lowered by rewriting the weights file at step RELOAD_AT, as a researcher would mid-run).
+
+Reported per arm and seed (results.json, results.md, plots/): greedy joint success, accuracy and each
+dimension's satisfaction at the start and the end; pass@1 and pass@EVAL_SAMPLES and joint success at T = 1 at
+the start and the end; over the run, the collapse ratio (distinct reward vectors per distinct advantage) and per
+dimension the within-group corr(r_k, A) and the share of groups where the dimension varies. Comparisons with
+`grpo` are paired t-intervals over seeds, beside the noise floor of `null` (`study.compare_seeds`); VERDICT
+names the pre-registered criterion, judged in results.md.
 """
 
 from __future__ import annotations
@@ -29,122 +43,163 @@ import numpy as np
 
 from grpo_jax import presets
 from grpo_jax.config import TrainConfig, override
-from grpo_jax.study import Arm, compare_arms, last_mean, launch, plot_curves, warm_start_note, write_study
+from grpo_jax.study import Arm, compare_seeds, launch, plot_curves, warm_start_note, write_study
 
-CORRECT_WEIGHT = 1.0
-EASY_WEIGHT = 4.0  # the easy dimension weighted high
-LOW_EASY_WEIGHT = 0.1  # the default experiment's format weight
-STEPS = 200
+STEPS = 100
 EVAL_EVERY = 50
-# Rollouts at temperature 1.5: the easy dimension keeps varying within groups (rollout format starts near 50%
-# and climbs for ~250 steps), so it has something to drown the hard one with. At temperature 1 format is at
-# its ceiling from the start and nothing drowns (docs/measurements.md §4). STEPS and TEMPERATURE were chosen
-# on seed 0 (docs/measurements.md §5).
-TEMPERATURE = 1.5
-CURRICULUM_STEPS = 100
-RELOAD_AT = 100
-DIMS = ("math", "format")
+N_EVAL = 1000
+EVAL_SAMPLES = 4
+CHECKPOINT_EVERY = 50
+BUDGET = 31  # tokens, end of sequence included (the sampler's count)
+SMOKE_BUDGET = 20  # smoke scale: random completions of 1..40 tokens, so the dimension varies within groups
+LOW_EASY_WEIGHT = 0.25
+RELOAD_AT = 50
+DIMS = ("countdown", "countdown_numbers", "countdown_steps", "length_budget")
+EASY = "countdown_numbers"
+PRIMARY = ("gdpo", "per_dim", "conditioned")  # the fixes compared with grpo; `null` gives the noise floor
+# The confirmatory seeds, fixed in PREREGISTERED.md before any of them ran (exploration used seeds 2-5)
+SEEDS = (201, 202, 203, 204, 205, 206, 207, 208)
 
 
-def rewards(correct: float, easy: float) -> str:
-    return json.dumps([{"name": "math", "weight": correct},
-                       {"name": "format", "weight": easy, "kwargs": {"require_answer_tag": True}}])
+def rewards(budget: int = BUDGET, *, conditioned: bool = False, easy_weight: float = 1.0) -> str:
+    """The study's reward specs as JSON: DIMS at weight 1 (EASY at `easy_weight`); with `conditioned`, every
+    dimension but `countdown` counts only when `countdown` is satisfied."""
+    specs = [{"name": d, "weight": easy_weight if d == EASY else 1.0} for d in DIMS]
+    for s in specs:
+        if s["name"] == "length_budget":
+            s["kwargs"] = {"budget": budget}
+        if s["name"] == "countdown_steps":
+            s["kwargs"] = {"first": 1}
+        if conditioned and s["name"] != "countdown":
+            s["when"] = "countdown"
+    return json.dumps(specs)
 
 
-ARMS = {
-    "grpo": Arm(),
-    "gdpo": Arm(("advantage.estimator=gdpo",)),
-    "per_dim": Arm(("advantage.estimator=per_dim",)),
-    "grpo_low_easy": Arm((f"rewards.specs={rewards(CORRECT_WEIGHT, LOW_EASY_WEIGHT)}",)),
-    # format at full weight from the start; correctness ramped from 0 to 1 over CURRICULUM_STEPS
-    "curriculum": Arm((f'rewards.weights.schedule=[["math", [[0, 0.0], [{CURRICULUM_STEPS}, 1.0]]]]',)),
-    "hot_reload": Arm(reload_at=RELOAD_AT, reload_weights=(("format", LOW_EASY_WEIGHT),)),
-}
-SMOKE_ARMS = {**ARMS, "hot_reload": Arm(reload_at=1, reload_weights=(("format", LOW_EASY_WEIGHT),))}
+def arms(budget: int) -> tuple[dict, dict]:
+    """(the arms run by default: the pre-registered ones, the arms run by name only), at `budget`."""
+    default = {
+        "grpo": Arm(),
+        "gdpo": Arm(("advantage.estimator=gdpo",)),
+        "per_dim": Arm(("advantage.estimator=per_dim",)),
+        "conditioned": Arm((f"rewards.specs={rewards(budget, conditioned=True)}",)),
+        "null": Arm(("sampling.key_offset=1",)),
+    }
+    extra = {
+        "low_easy": Arm((f"rewards.specs={rewards(budget, easy_weight=LOW_EASY_WEIGHT)}",)),
+        "hot_reload": Arm(reload_at=RELOAD_AT, reload_weights=((EASY, LOW_EASY_WEIGHT),)),
+    }
+    return default, extra
+
+
+ARMS, EXTRA_ARMS = arms(BUDGET)
+SMOKE_ARMS, SMOKE_EXTRA_ARMS = arms(SMOKE_BUDGET)
+SMOKE_EXTRA_ARMS["hot_reload"] = Arm(reload_at=1, reload_weights=((EASY, LOW_EASY_WEIGHT),))
 
 
 def get_config(smoke: bool = False) -> TrainConfig:
     """python experiments/reward_collapse.py [--smoke] [--jobs N] [--arms A,B] [--seeds S,T] [--set KEY=VALUE ...]"""
-    return override(presets.collapse_study(smoke, steps=STEPS, eval_every=EVAL_EVERY), [
-        f"rewards.specs={rewards(CORRECT_WEIGHT, EASY_WEIGHT)}", f"sampling.temperature={TEMPERATURE}"])
+    cfg = presets.countdown_study(smoke, steps=STEPS, eval_every=EVAL_EVERY, n_eval=N_EVAL,
+                                  eval_samples=EVAL_SAMPLES, checkpoint_every=CHECKPOINT_EVERY)
+    return override(cfg, [f"rewards.specs={rewards(SMOKE_BUDGET if smoke else BUDGET)}"])
+
+
+def _run_mean(rows: list[dict], key: str) -> float:
+    values = [r[key] for r in rows if isinstance(r.get(key), (int, float))]
+    return float(np.mean(values)) if values else float("nan")
 
 
 def summarize(rows: list[dict]) -> dict:
-    evals = [r for r in rows if "eval/accuracy" in r]
-    out = {
-        "accuracy_start": evals[0]["eval/accuracy"],
-        "accuracy_final": evals[-1]["eval/accuracy"],
-        "accuracy_best": max(r["eval/accuracy"] for r in evals),
-        "format_rate_final": evals[-1].get("eval/format_rate", float("nan")),
-        "collapse_ratio": last_mean(rows, "collapse/ratio"),
-        "distinct_adv_per_group": last_mean(rows, "collapse/distinct_advantages_per_group"),
-    }
+    """One run's figures: greedy and T = 1 evaluations at the start and the end, and the collapse measures
+    averaged over every training step."""
+    evals = [r for r in rows if "eval/satisfied_all" in r]
+    sampled = [r for r in evals if "eval/t1/pass@1" in r]
+    train = [r for r in rows if "collapse/ratio" in r]
+    k = max((int(key.split("@")[1]) for key in (sampled[-1] if sampled else {}) if key.startswith("eval/t1/pass@")),
+            default=0)
+    out = {}
+    for when, ev, t1 in (("start", evals[0], sampled[0] if sampled else {}),
+                         ("final", evals[-1], sampled[-1] if sampled else {})):
+        out[f"joint_{when}"] = ev["eval/satisfied_all"]
+        out[f"accuracy_{when}"] = ev["eval/accuracy"]
+        for d in DIMS:
+            out[f"{d}_{when}"] = ev.get(f"eval/satisfied/{d}")
+        out[f"joint_t1_{when}"] = t1.get("eval/t1/satisfied_all")
+        out[f"pass1_t1_{when}"] = t1.get("eval/t1/pass@1")
+        out[f"passk_t1_{when}"] = t1.get(f"eval/t1/pass@{k}")
+    out["eval_samples"] = k
+    out["collapse_ratio"] = _run_mean(train, "collapse/ratio")
+    out["collapse_ratio_max"] = max((r["collapse/ratio"] for r in train), default=float("nan"))
     for d in DIMS:
-        out[f"adv_corr_{d}"] = last_mean(rows, f"reward/{d}/adv_corr")
-        out[f"adv_corr_within_{d}"] = last_mean(rows, f"reward/{d}/adv_corr_within")
+        out[f"corr_within_{d}"] = _run_mean(train, f"reward/{d}/adv_corr_within")
+        out[f"varies_{d}"] = 1.0 - _run_mean(train, f"reward/{d}/zero_var_frac_per_dim")
+    out["length_final"] = _run_mean(train[-10:], "length/mean")
     return out
 
 
-FORMAT_CEILING = 0.9  # the baseline's easy dimension must end at least this high
+DROWNED_CORR = 0.2  # a dimension is drowned under grpo when its within-group corr(r_k, A) is below this ...
+VARIES = 0.05  # ... while it varies within at least this share of groups (both: run means, mean over seeds)
 
 
-def verdict(results: dict) -> dict:
-    """The study's acceptance from its figures: `grpo` ends with format >= FORMAT_CEILING on every seed, and a
-    fix arm beats it on accuracy_final on every seed, by a mean margin above twice the pooled within-arm std
-    (sqrt of the mean of the two arms' seed variances, ddof 1), with a mean gain over its start at least twice
-    `grpo`'s. Returns the figures per fix arm and which arms hold."""
-    grpo = {r["seed"]: r for r in results.get("grpo", [])}
-    out = {"format_at_ceiling": bool(grpo) and all(r["format_rate_final"] >= FORMAT_CEILING for r in grpo.values()),
-           "arms": {}}
-    gain = lambda runs: float(np.mean([r["accuracy_final"] - r["accuracy_start"] for r in runs]))  # noqa: E731
-    for arm, runs in results.items():
-        if arm == "grpo" or not runs or not grpo:
-            continue
-        paired = [(r, grpo[r["seed"]]) for r in runs if r["seed"] in grpo]
-        diffs = [r["accuracy_final"] - g["accuracy_final"] for r, g in paired]
-        variances = [np.var([r["accuracy_final"] for r in rs], ddof=1) if len(rs) > 1 else float("nan")
-                     for rs in (runs, list(grpo.values()))]
-        pooled = float(np.sqrt(np.mean(variances)))
-        figures = {"wins_every_seed": len(paired) == len(grpo) and all(d > 0 for d in diffs),
-                   "mean_margin": float(np.mean(diffs)) if diffs else float("nan"), "pooled_std": pooled,
-                   "gain": gain(runs), "grpo_gain": gain(list(grpo.values()))}
-        figures["holds"] = bool(out["format_at_ceiling"] and figures["wins_every_seed"]
-                                and figures["mean_margin"] > 2 * pooled
-                                and figures["gain"] >= 2 * figures["grpo_gain"] and figures["gain"] > 0)
-        out["arms"][arm] = figures
-    out["holds"] = any(f["holds"] for f in out["arms"].values())
+def verdict(results: dict, comparison: dict) -> dict:
+    """The pre-registered criterion (experiments/results/reward_collapse/PREREGISTERED.md), from the figures:
+    - collapse: grpo's run-mean collapse_ratio > 1 on every seed;
+    - drowned: the dimensions whose grpo corr_within (mean over seeds) is below DROWNED_CORR while they vary
+      in at least VARIES of groups (mean over seeds); at least one is needed;
+    - fixes: the PRIMARY arms whose paired 95% t-interval of joint_final - grpo's excludes 0 from above and
+      whose mean difference exceeds the noise floor (`stats.verdict` == "win"); at least one is needed.
+    `survives_bonferroni` lists the winning arms whose Bonferroni interval also excludes 0."""
+    grpo = results.get("grpo", [])
+    out = {"collapse_ratio": {r["seed"]: r["collapse_ratio"] for r in grpo}}
+    out["collapse"] = bool(grpo) and all(r["collapse_ratio"] > 1.0 for r in grpo)
+    drowned = {}
+    for d in DIMS:
+        corr = float(np.mean([r[f"corr_within_{d}"] for r in grpo])) if grpo else float("nan")
+        varies = float(np.mean([r[f"varies_{d}"] for r in grpo])) if grpo else float("nan")
+        if corr < DROWNED_CORR and varies >= VARIES:
+            drowned[d] = {"corr_within": corr, "varies": varies}
+    out["drowned"] = drowned
+    arms = comparison.get("arms", {})
+    out["fixes"] = [a for a in PRIMARY if arms.get(a, {}).get("verdict") == "win"]
+    out["survives_bonferroni"] = [a for a in out["fixes"] if arms[a]["adjusted"]["low"] > 0]
+    out["holds"] = out["collapse"] and bool(drowned) and bool(out["fixes"])
     return out
 
 
 def main(argv=None) -> dict:
-    run = launch(
-        argv, doc=__doc__, get_config=get_config, arms=ARMS, smoke_arms=SMOKE_ARMS, default_out="runs/reward_collapse",
-        summarize=summarize, warm=presets.SFT, smoke_warm=presets.SFT_SMOKE)
-    args, cfg, out, arms, warm_seed, study = run.args, run.cfg, run.out, run.arms, run.warm_seed, run.study
-    study["verdict"] = verdict(study["results"])
-    study["settings"] = {"correct_weight": CORRECT_WEIGHT, "easy_weight": EASY_WEIGHT, "temperature": TEMPERATURE,
-                         "low_easy_weight": LOW_EASY_WEIGHT, "steps": cfg.steps}
-    plots = [plot_curves(out, arms, "eval/accuracy", "held-out accuracy", "accuracy"),
-             plot_curves(out, arms, "format_rate", "format rate (rollouts)", "format")]
+    run = launch(argv, doc=__doc__, get_config=get_config, arms=ARMS, smoke_arms=SMOKE_ARMS,
+                 default_out="runs/reward_collapse", summarize=summarize, warm=presets.COUNTDOWN_SFT,
+                 smoke_warm=presets.COUNTDOWN_SFT_SMOKE, extra_arms=EXTRA_ARMS, smoke_extra_arms=SMOKE_EXTRA_ARMS,
+                 warm_seed_default=-1, default_seeds=SEEDS)
+    cfg, out, arms_run, study = run.cfg, run.out, run.arms, run.study
+    comparisons = [compare_seeds(study["results"], baseline="grpo", metric=m, null="null",
+                                 arms=[a for a in arms_run if a not in ("grpo", "null")], family=len(PRIMARY))
+                   for m in ("joint_final", "accuracy_final", "countdown_steps_final", "length_budget_final",
+                             "passk_t1_final")]
+    study["verdict"] = verdict(study["results"], comparisons[0])
+    study["settings"] = {"steps": cfg.steps, "budget": BUDGET, "dims": list(DIMS), "low_easy_weight": LOW_EASY_WEIGHT,
+                         "n_eval": cfg.task.n_eval, "eval_samples": cfg.logging.eval_samples, "primary": list(PRIMARY)}
+    plots = [plot_curves(out, arms_run, "eval/satisfied_all", "held-out joint success (greedy)", "joint"),
+             plot_curves(out, arms_run, "eval/accuracy", "held-out accuracy (greedy)", "accuracy"),
+             plot_curves(out, arms_run, "collapse/ratio", "collapse ratio (rollouts)", "collapse_ratio")]
     for d in DIMS:
-        plots.append(plot_curves(out, arms, f"reward/{d}/mean", f"reward {d}", f"reward_{d}"))
-        plots.append(plot_curves(out, arms, f"reward/{d}/adv_corr_within", f"within-group corr({d}, A)",
-                                 f"adv_corr_{d}"))
-    notes = (f"3-digit addition, {warm_start_note(warm_seed)}, then "
-             f"{cfg.steps} GRPO steps with rollouts at temperature {cfg.sampling.temperature}; rewards: correctness "
-             f"(weight {CORRECT_WEIGHT}) and format (weight {EASY_WEIGHT}). format_rate_final is of greedy output.")
-    columns = ["accuracy_start", "accuracy_final", "accuracy_best", "format_rate_final", "collapse_ratio",
-               "distinct_adv_per_group"] + [f"adv_corr_within_{d}" for d in DIMS]
+        plots.append(plot_curves(out, arms_run, f"eval/satisfied/{d}", f"held-out {d} satisfied", f"satisfied_{d}"))
+        plots.append(plot_curves(out, arms_run, f"reward/{d}/adv_corr_within", f"within-group corr({d}, A)",
+                                 f"corr_{d}"))
     v = study["verdict"]
-    notes += (f"\n\nAcceptance: `grpo` format >= {FORMAT_CEILING} on every seed: {v['format_at_ceiling']}; per fix arm "
-              "(wins on every seed / mean margin vs 2 x pooled std / gain vs 2 x grpo's gain): "
-              + "; ".join(f"{a}: {f['wins_every_seed']}, {f['mean_margin']:+.3f} vs {2 * f['pooled_std']:.3f}, "
-                          f"{f['gain']:+.3f} vs {2 * f['grpo_gain']:+.3f}" for a, f in v["arms"].items())
-              + f". Holds: {v['holds']}.")
-    write_study(out, study, title="Reward collapse: sum-then-normalise and its fixes", columns=columns, plots=plots,
-                notes=notes, seed_columns=["accuracy_start", "accuracy_final", "accuracy_best", "format_rate_final",
-                                           "adv_corr_within_math", "adv_corr_within_format"],
-                comparison=compare_arms(out, arms, study["seeds"], baseline="grpo"))
+    notes = (f"Countdown, {warm_start_note(run.warm_seed)}; {cfg.steps} GRPO steps at T = 1; rewards {', '.join(DIMS)} "
+             f"(budget {BUDGET} tokens), weight 1 each. Greedy figures on {cfg.task.n_eval} held-out problems; "
+             f"T = 1 figures with {cfg.logging.eval_samples} samples per problem. A gated dimension's satisfaction "
+             "in `conditioned` reads 'satisfied and correct'; joint success means the same in every arm.\n\n"
+             f"Pre-registered criterion: grpo collapse ratio > 1 on every seed: {v['collapse']}; a drowned dimension "
+             f"(grpo corr within < {DROWNED_CORR}, varies in >= {VARIES:.0%} of groups): {sorted(v['drowned']) or 'none'}; "
+             f"a primary fix ({', '.join(PRIMARY)}) wins on joint success: {v['fixes'] or 'none'} "
+             f"(surviving Bonferroni: {v['survives_bonferroni'] or 'none'}). Holds: {v['holds']}.")
+    columns = ["joint_start", "joint_final", "accuracy_final", "countdown_steps_final", "length_budget_final",
+               "passk_t1_final", "collapse_ratio"] + [f"corr_within_{d}" for d in DIMS]
+    write_study(out, study, title="Reward collapse on Countdown: sum-then-normalise against its fixes", columns=columns,
+                plots=plots, notes=notes, seed_comparisons=comparisons,
+                seed_columns=["joint_start", "joint_final", "accuracy_final", "countdown_steps_final",
+                              "length_budget_final", "collapse_ratio"] + [f"varies_{d}" for d in DIMS])
     print(open(os.path.join(out, "results.md")).read())
     return study
 

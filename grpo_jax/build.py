@@ -56,4 +56,8 @@ def reward_specs(cfg: TrainConfig, task) -> tuple[rewards_lib.RewardSpec, ...]:
             specs.append(rewards_lib.RewardSpec(**dict(s)))
         except (TypeError, ValueError) as e:  # TypeError: a key RewardSpec does not take
             raise ValueError(f"{where}[{i}] = {json.dumps(s, default=str)}: {e}") from None
+    try:
+        rewards_lib.dimension_names(specs)  # distinct dimensions; each `when` names an ungated one
+    except ValueError as e:
+        raise ValueError(f"{where}: {e}") from None
     return tuple(specs)

@@ -597,7 +597,7 @@ class SamplingConfig:
 
 # The keys a rewards.specs entry may have: the fields of grpo_jax.rewards.RewardSpec, in order (its module
 # refuses to import when they differ: it is too heavy to import here).
-REWARD_SPEC_FIELDS = ("name", "weight", "kwargs", "version", "label")
+REWARD_SPEC_FIELDS = ("name", "weight", "kwargs", "version", "label", "when")
 
 
 @dataclasses.dataclass(frozen=True)

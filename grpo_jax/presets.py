@@ -90,6 +90,23 @@ def countdown(smoke: bool = False) -> TrainConfig:
     return cfg
 
 
+def countdown_study(smoke: bool = False, *, steps: int, eval_every: int, n_eval: int, eval_samples: int,
+                    checkpoint_every: int = 50) -> TrainConfig:
+    """`countdown(smoke)` as a collapse study's arms run it: `steps` GRPO steps, a held-out evaluation of `n_eval`
+    problems every `eval_every` steps (`eval_samples` samples at T = 1 at the start and the end), a checkpoint
+    every `checkpoint_every` steps (the newest kept: a stopped study resumes from it), no TensorBoard, and the
+    collapse alarms warning instead of pausing (the collapse is what the studies measure). smoke: as
+    `countdown(smoke=True)` with 3 steps."""
+    if smoke:
+        return override(countdown(True), ["steps=3", "logging.tensorboard=false", "monitor.collapse_action=warn",
+                                          "checkpoint.keep_last=1"])
+    return override(countdown(), [
+        f"steps={steps}", f"logging.eval_every={eval_every}", f"task.n_eval={n_eval}",
+        f"logging.eval_samples={eval_samples}", f"checkpoint.every={checkpoint_every}", "checkpoint.keep_last=1",
+        "logging.tensorboard=false", "monitor.collapse_action=warn",
+    ])
+
+
 def countdown_sft(smoke: bool = False) -> dict:
     """Countdown's warm-start settings (a copy of COUNTDOWN_SFT_SMOKE with smoke, else of COUNTDOWN_SFT)."""
     return dict(COUNTDOWN_SFT_SMOKE if smoke else COUNTDOWN_SFT)

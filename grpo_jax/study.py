@@ -30,7 +30,7 @@ from matplotlib.figure import Figure  # no pyplot: files only, and no global bac
 
 from grpo_jax.cli import parse_args
 from grpo_jax import stats
-from grpo_jax.config import TrainConfig, flat_dict, override, to_dict
+from grpo_jax.config import TrainConfig, flat_dict, from_dict, override, to_dict
 from grpo_jax.fileio import atomic_write, atomic_write_text
 from grpo_jax.provenance import package_versions, result_provenance, source_digest
 from grpo_jax.runlog import read_jsonl
@@ -93,16 +93,19 @@ def select_arms(arms: dict, names: str | None, extra: dict | None = None) -> dic
     return {n: known[n] for n in wanted}
 
 
-def study_settings(args, cfg: TrainConfig, default_out: str, *, warm: dict, smoke_warm: dict):
-    """(out dir, seeds, warm-start settings, warm-start seed) shared by the studies: 3 seeds (or --seeds), the
+def study_settings(args, cfg: TrainConfig, default_out: str, *, warm: dict, smoke_warm: dict,
+                   warm_seed_default: int | None = None, default_seeds: tuple = ()):
+    """(out dir, seeds, warm-start settings, warm-start seed) shared by the studies: --seeds, else
+    `default_seeds` (a study's pre-registered seeds), else 3 from cfg.seed (one with --smoke); the
     study's warm start (`sft.warm_start` keywords plus n_valid; `smoke_warm` and one seed with --smoke) and the
-    seed of the one warm start every seed and arm starts from (--warm-seed, default cfg.seed; None for -1:
-    one warm start per seed)."""
+    seed of the one warm start every seed and arm starts from (--warm-seed, else `warm_seed_default`, else
+    cfg.seed; None for -1: one warm start per seed)."""
     out = args.out if args.out != "runs/grpo" else default_out
-    seeds = [cfg.seed] if args.smoke else [cfg.seed, cfg.seed + 1, cfg.seed + 2]
+    seeds = [cfg.seed] if args.smoke else list(default_seeds) or [cfg.seed, cfg.seed + 1, cfg.seed + 2]
     if args.seeds:
         seeds = [int(s) for s in args.seeds.split(",")]
-    warm_seed = cfg.seed if args.warm_seed is None else (None if args.warm_seed == -1 else args.warm_seed)
+    chosen = args.warm_seed if args.warm_seed is not None else warm_seed_default
+    warm_seed = cfg.seed if chosen is None else (None if chosen == -1 else chosen)
     return out, seeds, dict(smoke_warm if args.smoke else warm), warm_seed
 
 
@@ -120,15 +123,19 @@ class Launched:
 
 
 def launch(argv, *, doc: str, get_config, arms: dict, default_out: str, summarize, warm: dict, smoke_warm: dict,
-           smoke_arms: dict | None = None, extra_arms: dict | None = None) -> Launched:
+           smoke_arms: dict | None = None, extra_arms: dict | None = None, smoke_extra_arms: dict | None = None,
+           warm_seed_default: int | None = None, default_seeds: tuple = ()) -> Launched:
     """What every study's main() starts with: parse the command line, pick the arms (`select_arms`; from
-    `smoke_arms` with --smoke when given; `extra_arms` by name only), train
-    (or with --summarize-only collect) every arm and seed.
+    `smoke_arms` with --smoke when given; `extra_arms` by name only, `smoke_extra_arms` with --smoke), train
+    (or with --summarize-only collect) every arm and seed. `warm_seed_default`: the --warm-seed when none is
+    given (-1: each seed its own warm start; None: cfg.seed's for all); `default_seeds`: the seeds without --seeds.
 
     --jobs N re-runs the script that defines `get_config` (the launcher) in N process slots."""
     args, cfg = parse_args(argv, description=doc, get_config=get_config)
-    out, seeds, sft, warm_seed = study_settings(args, cfg, default_out, warm=warm, smoke_warm=smoke_warm)
-    arms = select_arms(smoke_arms if args.smoke and smoke_arms else arms, args.arms, extra_arms)
+    out, seeds, sft, warm_seed = study_settings(args, cfg, default_out, warm=warm, smoke_warm=smoke_warm,
+                                                warm_seed_default=warm_seed_default, default_seeds=default_seeds)
+    extra = smoke_extra_arms if args.smoke and smoke_extra_arms else extra_arms
+    arms = select_arms(smoke_arms if args.smoke and smoke_arms else arms, args.arms, extra)
     if args.jobs < 1:
         raise SystemExit(f"--jobs: {args.jobs}; give 1 or more processes")
     wall = None
@@ -223,15 +230,19 @@ def _collect_finished(base: TrainConfig, arms, seeds, out: str, summarize, warm_
                 print(f"summarize-only: {arm} seed {seed} missing or unfinished ({path}); left out")
                 continue
             check_run_config(os.path.dirname(path), override(base, [f"seed={seed}", *arms[arm].overrides]),
-                             skip=("rewards.weights.weights_file", "steps") if arms[arm].reload_at else ())
+                             skip=RELOAD_SKIP if arms[arm].reload_at else ())
             results[arm].append({**summarize(rows), **run_events(os.path.dirname(path)), "seed": seed,
                                  "warm_seed": seed if warm_seed is None else warm_seed})
     return {"results": {a: r for a, r in results.items() if r}, "seeds": list(seeds), "wall_seconds": 0.0}
 
 
+# A reload arm's config.json is written by its first segment (steps = reload_at) and names its own weights file.
+RELOAD_SKIP = ("rewards.weights.weights_file", "steps")
+
+
 def check_run_config(run_dir: str, expected: TrainConfig, skip: tuple[str, ...] = ()) -> None:
-    """--summarize-only merges run folders trained by separate processes: each one's config.json must be the
-    config its arm and seed would train with now (a field the record lacks counts when `expected` has that
+    """--summarize-only merges run folders trained by separate processes, and a resumed study continues the
+    folders a stopped one left: each one's config.json must be the config its arm and seed would train with now (a field the record lacks counts when `expected` has that
     field's default: the run predates the field). Else SystemExit naming the folder and the fields."""
     path = os.path.join(run_dir, "config.json")
     with open(path) as f:
@@ -241,7 +252,7 @@ def check_run_config(run_dir: str, expected: TrainConfig, skip: tuple[str, ...] 
              for k, v in want.items()
              if k not in skip and (recorded[k] != v if k in recorded else v != default.get(k))]
     if wrong:
-        raise SystemExit(f"--summarize-only: {path} is not this arm's run: {'; '.join(wrong)}")
+        raise SystemExit(f"{path} is not this arm's run: {'; '.join(wrong)}")
 
 
 def run_events(run_dir: str) -> dict:
@@ -253,29 +264,67 @@ def run_events(run_dir: str) -> dict:
     return {"paused_at": pauses[0] if pauses else None, "rolled_back_to": rollbacks[0] if rollbacks else None}
 
 
+def run_progress(run_dir: str, steps: int) -> dict:
+    """Where a study's run folder stands, from its own files: {"done": every step logged, or paused by an alarm
+    with nothing after the pause; "paused_at": the step of a pause not yet rolled back (None); "rollback": the
+    config of the last rollback (None); "checkpoint": whether there is one to resume from}."""
+    read = lambda name: read_jsonl(path) if os.path.exists(path := os.path.join(run_dir, name)) else []  # noqa: E731
+    rows = read("metrics.jsonl")
+    last = max((r.get("step", -1) for r in rows), default=-1)
+    events = read("events.jsonl")
+    marks = [e for e in events if e["kind"] in ("pause", "rollback")]
+    paused_at = marks[-1]["step"] if marks and marks[-1]["kind"] == "pause" and marks[-1]["step"] >= last else None
+    rollbacks = [e["config"] for e in events if e["kind"] == "rollback"]
+    checkpoints = os.path.join(run_dir, "checkpoints")
+    has_ckpt = os.path.isdir(checkpoints) and any(n.isdigit() for n in os.listdir(checkpoints))
+    return {"done": last >= steps, "paused_at": paused_at, "rollback": rollbacks[-1] if rollbacks else None,
+            "checkpoint": has_ckpt}
+
+
 def run_arm(cfg: TrainConfig, arm: Arm, run_dir: str, params, *, quiet: bool) -> None:
-    """Train one arm from `params` in `run_dir` (see `Arm` for reloads and pauses)."""
-    if arm.reload_at:
-        trainer = Trainer(override(cfg, [f"steps={arm.reload_at}"]), run_dir, quiet=quiet)
-        trainer.set_params(params)
-        trainer.run()
-        path = cfg.rewards.weights.weights_file
-        atomic_write_text(path, json.dumps(dict(arm.reload_weights)))
-        trainer = Trainer(cfg, run_dir, resume=True, quiet=quiet)
+    """Train one arm from `params` in `run_dir` (see `Arm` for reloads and pauses), or finish it: a folder a
+    killed study left behind resumes from its newest checkpoint (`run_progress`; a folder with logs but no
+    checkpoint starts again, `Trainer` sets its logs aside), a finished one is left as it is."""
+    progress = run_progress(run_dir, cfg.steps)
+    if progress["done"] or (progress["paused_at"] is not None and arm.on_pause is None):
+        return
+    if progress["paused_at"] is None:
+        if progress["rollback"] is not None:  # rolled back after a pause: go on with the rollback's config
+            cfg = from_dict(TrainConfig, progress["rollback"])
+        resume = progress["checkpoint"]
+        if arm.reload_at and (not resume or _latest_checkpoint(run_dir) < arm.reload_at):
+            trainer = Trainer(override(cfg, [f"steps={arm.reload_at}"]), run_dir, resume=resume, quiet=quiet)
+            if not resume:
+                trainer.set_params(params)
+            trainer.run()
+            resume = True
+        if arm.reload_at:  # idempotent: a resumed study writes the same file again
+            atomic_write_text(cfg.rewards.weights.weights_file, json.dumps(dict(arm.reload_weights)))
+        trainer = Trainer(cfg, run_dir, resume=resume, quiet=quiet)
+        if not resume:
+            trainer.set_params(params)
+        summary = trainer.run()
+        if not summary["paused"] or arm.on_pause is None:
+            return
+        paused_at = summary["steps"]
     else:
-        trainer = Trainer(cfg, run_dir, quiet=quiet)
-        trainer.set_params(params)
-    summary = trainer.run()
-    if summary["paused"] and arm.on_pause is not None:
-        report = json.loads(open(os.path.join(run_dir, "alarms", f"step-{summary['steps']}.json")).read())
-        argv = shlex.split(report["rollback_command"])[3:]  # drop "python -m grpo_jax.train"
-        train_main(argv + [x for o in arm.on_pause for x in ("--set", o)] + ["--quiet"])
+        paused_at = progress["paused_at"]
+    report = json.loads(open(os.path.join(run_dir, "alarms", f"step-{paused_at}.json")).read())
+    argv = shlex.split(report["rollback_command"])[3:]  # drop "python -m grpo_jax.train"
+    train_main(argv + [x for o in arm.on_pause for x in ("--set", o)] + ["--quiet"])
+
+
+def _latest_checkpoint(run_dir: str) -> int:
+    names = os.listdir(os.path.join(run_dir, "checkpoints"))
+    return max(int(n) for n in names if n.isdigit())
 
 
 def run_study(base: TrainConfig, arms: dict[str, Arm], *, seeds, out: str, sft: dict, quiet: bool,
               summarize, summarize_only: bool = False, warm_seed: int | None = None) -> dict:
     """Train every (arm, seed) from the seed's shared warm start; `summarize(rows) -> dict` turns one run's
     metrics into its figures (plus seed, warm-start steps and what the arm's run did: paused, rolled back).
+    A study stopped at any point (kill -9 included) resumes with the same call: finished runs are kept, a
+    stopped one continues from its newest checkpoint (`run_arm`), kept warm starts are read back.
 
     summarize_only: train nothing; collect the figures of every (arm, seed) run already under `out` that
     finished all its steps (seeds trained in separate processes with --seeds land in the same tree).
@@ -302,6 +351,8 @@ def run_study(base: TrainConfig, arms: dict[str, Arm], *, seeds, out: str, sft: 
                 os.makedirs(run_dir, exist_ok=True)
                 atomic_write_text(wfile, "{}")
                 cfg = override(cfg, [f"rewards.weights.weights_file={wfile}"])
+            if os.path.exists(os.path.join(run_dir, "config.json")):  # left by an earlier, stopped study
+                check_run_config(run_dir, cfg, skip=RELOAD_SKIP if arm.reload_at else ())
             run_arm(cfg, arm, run_dir, params, quiet=quiet)
             figures = summarize(read_jsonl(os.path.join(run_dir, "metrics.jsonl")))
             figures.update(seed=seed, warm_seed=ws, sft_steps=sft_summary["sft_steps"], **run_events(run_dir))
@@ -401,6 +452,53 @@ def compare_arms(out: str, arms, seeds, *, baseline: str, null: str | None = Non
     return result
 
 
+def compare_seeds(results: dict, *, baseline: str, metric: str, arms, null: str | None = None,
+                  level: float = 0.95, family: int | None = None) -> dict:
+    """Each of `arms` against `baseline` on one per-run figure (`metric`, a key of the arms' summaries), paired by
+    seed: the paired t-interval over seeds (`stats.paired_t_ci`, the seed as the unit), the same at the
+    Bonferroni level 1 - (1 - level) / family (the pre-registered comparisons; default len(arms)), and with a `null` arm (the
+    baseline with only its rollout key changed) the noise floor, floor = max(|low|, |high|) of null - baseline,
+    and each arm's `stats.verdict`. Only seeds present in both arms (and the null) are paired; an arm with
+    fewer than 2 such seeds is left out."""
+    by_seed = {a: {r["seed"]: r[metric] for r in results.get(a, []) if r.get(metric) is not None} for a in results}
+    base = by_seed.get(baseline, {})
+    family = family or max(1, len(arms))
+    out = {"baseline": baseline, "metric": metric, "level": level, "family": family,
+           "adjusted_level": 1 - (1 - level) / family, "noise_floor": None, "arms": {}}
+    if null in by_seed:
+        seeds = sorted(set(base) & set(by_seed[null]))
+        if len(seeds) >= 2:
+            ci = stats.paired_t_ci([base[s] for s in seeds], [by_seed[null][s] for s in seeds], level=level)
+            out["noise_floor"] = {**ci, "floor": max(abs(ci["low"]), abs(ci["high"])), "seed_list": seeds}
+    for arm in arms:
+        seeds = sorted(set(base) & set(by_seed.get(arm, {})))
+        if arm == baseline or len(seeds) < 2:
+            continue
+        a, b = [base[s] for s in seeds], [by_seed[arm][s] for s in seeds]
+        ci = stats.paired_t_ci(a, b, level=level)
+        entry = {"diff": ci, "adjusted": stats.paired_t_ci(a, b, level=out["adjusted_level"]), "seed_list": seeds,
+                 "verdict": stats.verdict(ci, out["noise_floor"]) if out["noise_floor"] else None}
+        out["arms"][arm] = entry
+    return out
+
+
+def seed_comparison_table(comparison: dict, scale: float = 100.0) -> str:
+    """Markdown: `compare_seeds` as a table, differences x `scale` (100: points)."""
+    c, floor = comparison, comparison["noise_floor"]
+    head = (f"`{c['metric']}`, arm - {c['baseline']}, x{scale:g}, paired t-interval over seeds at {100 * c['level']:g}% "
+            f"and at the Bonferroni level {100 * c['adjusted_level']:.2f}% ({c['family']} comparisons)")
+    head += (f"; noise floor (null - {c['baseline']}: {stats.format_ci(floor, scale)}) {scale * floor['floor']:.1f}"
+             if floor else "; no null arm")
+    lines = [head, "", "| arm | seeds | difference [95% CI] | Bonferroni CI | per seed | verdict |",
+             "|---|---|---|---|---|---|"]
+    for arm, e in c["arms"].items():
+        per_seed = ", ".join(f"{scale * d:+.1f}" for d in e["diff"]["per_seed"])
+        adjusted = f"[{scale * e['adjusted']['low']:.1f}, {scale * e['adjusted']['high']:.1f}]"
+        lines.append(f"| {arm} | {len(e['seed_list'])} | {stats.format_ci(e['diff'], scale)} | {adjusted} | "
+                     f"{per_seed} | {e['verdict'] or 'no floor'} |")
+    return "\n".join(lines)
+
+
 def comparison_table(comparison: dict) -> str:
     """Markdown: each arm's difference to the baseline in points with its 95% CI, McNemar p per seed and the
     verdict against the noise floor."""
@@ -490,12 +588,18 @@ def seed_table(results: dict, columns: list[str]) -> str:
 
 
 def write_study(out: str, study: dict, *, title: str, columns: list[str], plots: list[str], notes: str,
-                seed_columns: list[str] = (), comparison: dict | None = None) -> None:
-    """results.md (notes, mean +- std over seeds per arm, the per-seed figures of `seed_columns`, plots)
-    and results.json, which carries the provenance of the process writing it (commit and dirty state,
-    source digest, packages, command, machine: `provenance.result_provenance`)."""
+                seed_columns: list[str] = (), comparison: dict | None = None,
+                seed_comparisons: list[dict] = ()) -> None:
+    """results.md (notes, mean +- std over seeds per arm, the comparisons, the per-seed figures of
+    `seed_columns`, plots) and results.json, which carries the provenance of the process writing it (commit and
+    dirty state, source digest, packages, command, machine: `provenance.result_provenance`). `comparison`:
+    `compare_arms` (per problem); `seed_comparisons`: `compare_seeds` results (per seed)."""
     study = {**study, "provenance": result_provenance()}
     md = [f"# {title}", "", notes, "", table(study["results"], columns), ""]
+    for c in seed_comparisons:
+        md += [seed_comparison_table(c), ""]
+    if seed_comparisons:
+        study["seed_comparisons"] = list(seed_comparisons)
     if comparison is not None:
         study["comparison"] = comparison
         md += [comparison_table(comparison), ""]

@@ -112,6 +112,9 @@ def test_reward_spec_errors_from_the_registry_name_the_entry():
     with pytest.raises(ValueError, match=r'rewards\.specs\[1\] = \{"name": "maths", "weight": 2\}: unknown reward '
                                          r"'maths'; known rewards: .*math"):
         reward_specs(cfg, get_task("arithmetic"))
+    gated = override(TrainConfig(), ['rewards.specs=[{"name": "math"}, {"name": "format", "when": "correct"}]'])
+    with pytest.raises(ValueError, match=r"rewards\.specs: reward dimension 'format': when='correct' must name"):
+        reward_specs(gated, get_task("arithmetic"))  # at config time, not at the first step
 
 
 @pytest.mark.parametrize("text, words", [

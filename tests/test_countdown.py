@@ -396,6 +396,26 @@ def test_countdown_steps_trace_reasons(thought, reason):
     assert steps_info(thought)["reason"] == reason
 
 
+@pytest.mark.parametrize("thought, first, reason", [
+    ("5*3=15, 15+8=24", 1, "ok"),  # the start is right; the wrong second step is not judged
+    ("5*3=15", 1, "ok"),  # numbers left are not judged either
+    ("5*3=16, 16+8=24", 1, "wrong_arithmetic"),
+    ("5*5=25, 25-8=17", 1, "unavailable_operand"),
+    ("5*3=15, 15+8=24", 2, "wrong_arithmetic"),
+    ("5*3=15", 2, "too_few_steps"),
+    ("5*3=15, 15+8=23, 23+0=23", 1, "too_many_steps"),  # the whole trace must still parse as one
+])
+def test_countdown_steps_first_judges_the_start_of_a_trace(thought, first, reason):
+    result = countdown_steps_reward(f"<think>{thought}</think><answer>x</answer>", SAMPLE, first=first)
+    assert (result.info["reason"], result.score) == (reason, float(reason == "ok"))
+
+
+@pytest.mark.parametrize("first", [0, -1, True, 1.0, "1"])
+def test_countdown_steps_first_must_be_a_positive_int(first):
+    with pytest.raises(RewardInputError, match="first must be a positive int"):
+        countdown_steps_reward(f"{THINK}<answer>x</answer>", SAMPLE, first=first)
+
+
 def test_countdown_steps_reads_the_thinking_segment():
     assert countdown_steps_reward("(5*3)+8", SAMPLE).info["reason"] == "no_think"  # no tags: all answer
     assert countdown_steps_reward("<answer>(5*3)+8</answer>", SAMPLE).info["reason"] == "no_think"

@@ -69,7 +69,7 @@ def test_run_jobs_pins_each_slot_to_one_core_runs_its_commands_in_turn_and_names
 
 def test_warm_start_is_kept_and_reused_only_with_the_same_settings(tmp_path, monkeypatch):
     cfg = load_launcher("reward_collapse").get_config(smoke=True)
-    sft = {k: v for k, v in presets.SFT_SMOKE.items() if k != "n_valid"}  # run_study passes n_valid on its own
+    sft = {k: v for k, v in presets.COUNTDOWN_SFT_SMOKE.items() if k != "n_valid"}  # run_study passes n_valid
     params, summary = study.kept_warm_start(cfg, str(tmp_path), 20, dict(sft))
     calls = []
     real = study.warm_start
@@ -87,18 +87,13 @@ def test_warm_start_is_kept_and_reused_only_with_the_same_settings(tmp_path, mon
                for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(other)))
 
 
-# At --smoke scale the warm start answers nothing right and nothing formatted, so math and format do not vary
-# within a group and every advantage is 0. A length penalty (target 1 token, the sampler's token counts) varies
-# with where each completion stops: the runs get a gradient, and the test can see that each slot trained.
-SMOKE_REWARDS = json.dumps([{"name": "math", "weight": 1.0},
-                            {"name": "format", "weight": 4.0, "kwargs": {"require_answer_tag": True}},
-                            {"name": "length", "weight": 1.0, "kwargs": {"target": 1, "scale": 14}}])
-
-
+# At --smoke scale the warm start answers nothing right, so only the study's length budget (SMOKE_BUDGET tokens)
+# varies within a group, with where each completion stops: the runs get a gradient, and the test can see that each
+# slot trained.
 def test_reward_collapse_jobs_trains_every_run_once_and_summarizes_them(tmp_path):
     restore_policy = load_launcher("pass_at_k").restore_policy
     cmd = [sys.executable, "experiments/reward_collapse.py", "--smoke", "--quiet", "--out", str(tmp_path), "--arms",
-           "grpo,gdpo,per_dim", "--seeds", "0,1", "--jobs", "2", "--set", f"rewards.specs={SMOKE_REWARDS}"]
+           "grpo,gdpo,per_dim", "--seeds", "0,1", "--jobs", "2"]
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stderr[-3000:]
     study_json = json.loads((tmp_path / "results.json").read_text())
@@ -112,19 +107,61 @@ def test_reward_collapse_jobs_trains_every_run_once_and_summarizes_them(tmp_path
             assert max(r["step"] for r in rows) == steps > 0
             assert all(r["grad_norm"] > 0 for r in rows if "grad_norm" in r), (arm, seed)  # a gradient every step
             assert sum("grad_norm" in r for r in rows) == steps
-    # 6 runs in shares of 3: each slot runs two processes, all four sharing seed 0's warm start. The first to take
-    # the warm-start folder's lock trains it; the other slot's first process waits for that lock, and it and both
-    # second processes load what was kept: trained once, loaded three times
+    # 6 runs in shares of 3: slot 0 runs grpo on seeds 0, 1 then gdpo on seed 0, slot 1 gdpo on seed 1 then per_dim
+    # on seeds 0, 1. This study gives each seed its own warm start, shared by that seed's arms: the four processes
+    # ask for one 6 times, and each of the two is trained once (the first to take its folder's lock trains it; a
+    # process wanting it meanwhile waits for the lock) and loaded the other 4 times
     logs = [(tmp_path / "jobs" / f"job{k}.log").read_text() for k in (0, 1)]
     for log in logs:
         assert log.count("$ ") == 2 and "Traceback" not in log, log[-2000:]
-    assert sum(log.count("warm start: loaded") for log in logs) == 3, [log[-2000:] for log in logs]
+    assert sum(log.count("warm start: loaded") for log in logs) == 4, [log[-2000:] for log in logs]
+    assert sorted(os.listdir(tmp_path / "warm_start")) == ["seed0", "seed1"]
     assert "--arms gdpo --seeds 0 --jobs 1 --quiet" in out.stdout
     # the first run of slot 0 and the last of slot 1 ended with other params than the warm start they began from
-    with open(tmp_path / "warm_start" / "seed0" / "warm_start.msgpack", "rb") as f:
-        blob = f.read()
     for arm, seed in (("grpo", 0), ("per_dim", 1)):
         _, params, step = restore_policy(str(tmp_path / arm / f"seed{seed}"), str(tmp_path / f"scratch_{arm}"))
+        blob = (tmp_path / "warm_start" / f"seed{seed}" / "warm_start.msgpack").read_bytes()
         start = flax.serialization.from_bytes(params, blob)
         assert step > 0 and any(not np.array_equal(np.asarray(a), np.asarray(b))
                                 for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(start), strict=True)), arm
+
+
+def _wait_for(predicate, proc, timeout=600.0):
+    import time
+    end = time.monotonic() + timeout
+    while time.monotonic() < end and proc.poll() is None:
+        if predicate():
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def test_a_study_killed_mid_run_resumes_with_the_same_command(tmp_path):
+    # 2 arms x 1 seed, 30 steps each, a checkpoint every step. kill -9 once gdpo (the second run) has a
+    # checkpoint at step >= 2; the same command then keeps grpo's finished run byte for byte, resumes gdpo
+    # from its newest checkpoint (not from step 0) and writes the results of both.
+    cmd = [sys.executable, "experiments/reward_collapse.py", "--smoke", "--quiet", "--out", str(tmp_path), "--arms",
+           "grpo,gdpo", "--set", "steps=30"]
+    ckpts = tmp_path / "gdpo" / "seed0" / "checkpoints"
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    caught = _wait_for(lambda: ckpts.is_dir() and any(n.isdigit() and int(n) >= 2 for n in os.listdir(ckpts)), proc)
+    os.killpg(proc.pid, 9)
+    proc.wait()
+    assert caught, "the study ended before gdpo wrote a checkpoint: nothing was interrupted"
+    assert not (tmp_path / "results.json").exists()
+    grpo_files = {p: p.read_bytes() for p in (tmp_path / "grpo" / "seed0").rglob("*") if p.is_file()}
+    rows = [json.loads(line) for line in open(tmp_path / "grpo" / "seed0" / "metrics.jsonl")]
+    assert max(r["step"] for r in rows) == 30 and all(r["grad_norm"] > 0 for r in rows if "grad_norm" in r)
+    again = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert {p: p.read_bytes() for p in (tmp_path / "grpo" / "seed0").rglob("*") if p.is_file()} == grpo_files
+    events = [json.loads(line) for line in open(tmp_path / "gdpo" / "seed0" / "events.jsonl")]
+    resumed = [e["step"] for e in events if e["kind"] == "resume"]
+    assert len(resumed) == 1 and resumed[0] >= 2, events  # from a checkpoint, not from step 0
+    assert not [e for e in events if e["kind"] == "restart"]
+    rows = [json.loads(line) for line in open(tmp_path / "gdpo" / "seed0" / "metrics.jsonl")]
+    trained = [r["step"] for r in rows if "grad_norm" in r]
+    assert trained == list(range(1, 31)), trained  # every step once: nothing lost, nothing logged twice
+    assert all(r["grad_norm"] > 0 for r in rows if "grad_norm" in r)
+    results = json.loads((tmp_path / "results.json").read_text())["results"]
+    assert [r["seed"] for r in results["grpo"]] == [0] and [r["seed"] for r in results["gdpo"]] == [0]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from grpo_jax import study
 from tests.launchers import load_launcher
 
 entropy_verdict = load_launcher("entropy_collapse").verdict
@@ -54,35 +55,47 @@ def test_entropy_verdict_fails_on_each_missing_piece():
     assert "good" not in entropy_verdict(results)["controls"]
 
 
-def _rew(seed, start, final, fmt=0.95):
-    return {"seed": seed, "accuracy_start": start, "accuracy_final": final, "format_rate_final": fmt}
+DIMS = ("countdown", "countdown_numbers", "countdown_steps", "length_budget")
 
 
-def test_reward_verdict_margin_gain_and_ceiling():
-    results = {
-        "grpo": [_rew(0, 0.30, 0.32), _rew(1, 0.30, 0.34), _rew(2, 0.30, 0.30)],
-        # gains +0.10, +0.12, +0.08 (mean 0.10 vs grpo's 0.02); margins 0.08, 0.08, 0.08;
-        # seed stds (ddof 1): grpo 0.02, fix 0.02 -> pooled 0.02, 2x = 0.04 < 0.08
-        "fix": [_rew(0, 0.30, 0.40), _rew(1, 0.30, 0.42), _rew(2, 0.30, 0.38)],
-        # wins every seed by 0.01 but the margin 0.01 is under 2 x pooled std (0.04)
-        "small": [_rew(0, 0.30, 0.33), _rew(1, 0.30, 0.35), _rew(2, 0.30, 0.31)],
-    }
-    v = reward_verdict(results)
-    assert v["format_at_ceiling"]
-    fix = v["arms"]["fix"]
-    assert fix["wins_every_seed"] and fix["mean_margin"] == pytest.approx(0.08)
-    assert fix["pooled_std"] == pytest.approx(0.02) and fix["gain"] == pytest.approx(0.10)
-    assert fix["grpo_gain"] == pytest.approx(0.02) and fix["holds"]
-    assert v["arms"]["small"]["wins_every_seed"] and not v["arms"]["small"]["holds"]
-    assert v["holds"]
-    results["grpo"][2]["format_rate_final"] = 0.85  # the easy dimension is not at its ceiling on seed 2
-    assert not reward_verdict(results)["holds"]
+def _rew(seed, joint, ratio=1.05, corr=(0.6, 0.7, 0.15, 0.4), varies=(0.5, 0.3, 0.2, 0.4)):
+    out = {"seed": seed, "joint_final": joint, "collapse_ratio": ratio}
+    out.update({f"corr_within_{d}": c for d, c in zip(DIMS, corr)})
+    out.update({f"varies_{d}": v for d, v in zip(DIMS, varies)})
+    return out
 
 
-def test_reward_verdict_needs_twice_the_baseline_gain():
-    results = {
-        "grpo": [_rew(0, 0.30, 0.40), _rew(1, 0.30, 0.42)],  # grpo gains 0.11
-        "fix": [_rew(0, 0.30, 0.50), _rew(1, 0.30, 0.52)],  # gains 0.21 < 2 x 0.11, margin 0.10 > 2 x 0.014
-    }
-    f = reward_verdict(results)["arms"]["fix"]
-    assert f["wins_every_seed"] and f["mean_margin"] > 2 * f["pooled_std"] and not f["holds"]
+def _reward_results():
+    # grpo and null differ by +-0.005 per seed; gdpo gains 0.03-0.05 on every seed; conditioned gains on two
+    # seeds and loses on two (mean 0)
+    seeds = range(4)
+    return {"grpo": [_rew(s, 0.10) for s in seeds],
+            "null": [_rew(s, 0.10 + (0.005 if s % 2 else -0.005)) for s in seeds],
+            "gdpo": [_rew(s, 0.10 + 0.03 + 0.02 * (s % 2)) for s in seeds],
+            "conditioned": [_rew(s, 0.10 + (0.02 if s < 2 else -0.02)) for s in seeds]}
+
+
+def _judge(results):
+    comparison = study.compare_seeds(results, baseline="grpo", metric="joint_final", null="null",
+                                     arms=["gdpo", "conditioned"], family=3)
+    return reward_verdict(results, comparison), comparison
+
+
+def test_reward_verdict_needs_collapse_a_drowned_dimension_and_a_win():
+    v, comparison = _judge(_reward_results())
+    # null - grpo: d = [-0.005, 0.005, -0.005, 0.005], mean 0, sd 0.00577, t_{0.975,3} = 3.182
+    # -> floor = 3.182 * 0.00577 / 2 = 0.00919; gdpo: d = [0.03, 0.05, 0.03, 0.05], mean 0.04, CI [0.022, 0.058]
+    assert comparison["noise_floor"]["floor"] == pytest.approx(0.00919, abs=1e-4)
+    assert comparison["arms"]["gdpo"]["diff"]["low"] == pytest.approx(0.04 - 0.01837, abs=1e-4)
+    assert v["collapse"] and set(v["drowned"]) == {"countdown_steps"}
+    assert v["fixes"] == ["gdpo"] and v["survives_bonferroni"] == ["gdpo"] and v["holds"]
+    results = _reward_results()
+    results["grpo"][2]["collapse_ratio"] = 1.0  # one seed without ties: no collapse
+    assert not _judge(results)[0]["collapse"] and not _judge(results)[0]["holds"]
+    results = _reward_results()
+    for r in results["grpo"]:
+        r["varies_countdown_steps"] = 0.04  # the weakly correlated dimension hardly varies: not drowned
+    assert _judge(results)[0]["drowned"] == {} and not _judge(results)[0]["holds"]
+    results = _reward_results()
+    results["gdpo"] = [_rew(s, 0.10 + 0.005 * (s % 2)) for s in range(4)]  # inside the noise
+    assert _judge(results)[0]["fixes"] == [] and not _judge(results)[0]["holds"]

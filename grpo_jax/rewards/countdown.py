@@ -42,8 +42,10 @@ of an unclosed one (a cut-off response may still hold a whole trace; the other r
   sample's numbers and earlier results, as a multiset; a step removes its operands and adds its result.
 - A valid trace ends with exactly one number left: fewer steps than len(numbers) - 1 is `numbers_left`,
   more is `too_many_steps` (no trace can have them). Its final value is `countdown`'s business.
+- With `first=k` only a trace's start is judged: at least k steps (else `too_few_steps`), the first k
+  each exact on available operands; what follows them, and the numbers left, are not checked.
 - Reasons in order: no_think (empty thinking), too_long (over MAX_THOUGHT_CHARS), parse_error,
-  too_many_steps, then per step wrong_arithmetic / unavailable_operand, then numbers_left. Work is
+  too_many_steps, (too_few_steps), then per step wrong_arithmetic / unavailable_operand, then numbers_left. Work is
   bounded by MAX_THOUGHT_CHARS: every integer is written in the thought, so none is longer than it.
 """
 
@@ -232,9 +234,11 @@ def step_value(left: int, op: str, right: int) -> int | None:
     return left // right if right and left % right == 0 else None
 
 
-def check_trace(thought: str, numbers: Sequence[int]) -> dict[str, Any]:
+def check_trace(thought: str, numbers: Sequence[int], first: int | None = None) -> dict[str, Any]:
     """{"reason": "ok" or why `thought` is not a valid trace over `numbers` (module docstring)}, plus
-    "step" (1-based) for a step that fails and "value", the number left, for a valid trace."""
+    "step" (1-based) for a step that fails and "value", the number left, for a valid trace. With `first` = k,
+    only the first k steps are judged (a trace that starts right: at least k steps, each exact on available
+    operands; `numbers_left` is not checked, and "value" is absent)."""
     if not thought:
         return {"reason": "no_think"}
     if len(thought) > MAX_THOUGHT_CHARS:
@@ -245,8 +249,10 @@ def check_trace(thought: str, numbers: Sequence[int]) -> dict[str, Any]:
         return {"reason": e.reason}
     if len(steps) > len(numbers) - 1:
         return {"reason": "too_many_steps"}
+    if first is not None and len(steps) < first:
+        return {"reason": "too_few_steps"}
     available = Counter(numbers)
-    for index, (left, op, right, result) in enumerate(steps, start=1):
+    for index, (left, op, right, result) in enumerate(steps[:first], start=1):
         if step_value(left, op, right) != result:
             return {"reason": "wrong_arithmetic", "step": index}
         for operand in (left, right):
@@ -254,6 +260,8 @@ def check_trace(thought: str, numbers: Sequence[int]) -> dict[str, Any]:
                 return {"reason": "unavailable_operand", "step": index}
             available[operand] -= 1
         available[result] += 1
+    if first is not None:
+        return {"reason": "ok"}
     left_over = +available  # drops the used-up numbers
     if sum(left_over.values()) != 1:
         return {"reason": "numbers_left"}
@@ -298,12 +306,16 @@ def countdown_numbers_reward(
 
 @reward("countdown_steps", COUNTDOWN_STEPS_VERSION)
 def countdown_steps_reward(
-    response: str, sample: Mapping[str, Any], *, think_tag: str = "think", answer_tag: str = "answer"
+    response: str, sample: Mapping[str, Any], *, think_tag: str = "think", answer_tag: str = "answer",
+    first: int | None = None,
 ) -> RewardResult:
     """1 if the thinking is a valid trace over `sample["numbers"]` (module docstring), whatever its final
     value, else 0 with `info["reason"]`: no_think, too_long, parse_error, too_many_steps,
-    wrong_arithmetic, unavailable_operand, numbers_left. `sample["target"]` is required as for `countdown`."""
+    wrong_arithmetic, unavailable_operand, numbers_left. `sample["target"]` is required as for `countdown`.
+    `first` = k: 1 when the trace starts right, its first k steps valid (`too_few_steps` with fewer)."""
+    if first is not None and (isinstance(first, bool) or not isinstance(first, int) or first < 1):
+        raise RewardInputError(f"countdown_steps: first must be a positive int or None, got {first!r}")
     numbers, _ = _sample_problem(sample)
     thought = split_response(response, think_tag=think_tag, answer_tag=answer_tag).thinking
-    info = check_trace(thought, numbers)
+    info = check_trace(thought, numbers, first)
     return RewardResult(float(info["reason"] == "ok"), info)

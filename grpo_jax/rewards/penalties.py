@@ -1,4 +1,5 @@
-"""Penalties in [-1, 0]: n-gram repetition, DAPO soft overlong punishment, distance from a length target.
+"""Penalties in [-1, 0]: n-gram repetition, DAPO soft overlong punishment, distance from a length target; and
+the binary length budget in {0, 1} (GDPO's length reward: 1 when the response fits, else 0).
 
 Length unit, in order of preference (the unit used is reported in `info["length_unit"]`):
 1. tokens from the sampler: `sample[length_key]` (an int, e.g. the completion-mask sum) or, for the
@@ -6,8 +7,8 @@ Length unit, in order of preference (the unit used is reported in `info["length_
 2. otherwise whitespace-separated words (`unit="words"`, the default fallback) or characters
    (`unit="chars"`). Words undercount tokens by roughly 1.3x for English BPE vocabularies: set L_max and
    L_cache in the same unit you measure in, or pass token counts.
-Each penalty is its own reward dimension; whether it only applies to correct answers (GDPO's
-conditioned length reward) is decided by the advantage estimator, not here.
+Each is its own reward dimension; whether it only counts for correct answers (GDPO's conditioned length
+reward) is the spec's `when` (`grpo_jax.rewards.registry.RewardSpec`), not decided here.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from grpo_jax.rewards.base import RewardInputError, RewardResult, reward
 REPETITION_VERSION = "1"
 OVERLONG_VERSION = "1"
 LENGTH_VERSION = "1"
+BUDGET_VERSION = "1"
 MAX_REPETITION_UNITS = 200_000
 
 
@@ -138,3 +140,21 @@ def length_penalty(
     distance = abs(length - goal) if mode == "two_sided" else max(0, length - goal)
     penalty = -min(1.0, max(0, distance - tolerance) / width)
     return RewardResult(penalty, {"reason": "ok", "length": length, "target": goal, "length_unit": unit_used})
+
+
+@reward("length_budget", BUDGET_VERSION)
+def length_budget(
+    response: str,
+    sample: Mapping[str, Any],
+    *,
+    budget: int,
+    length_key: str = "response_length",
+    unit: str = "words",
+) -> RewardResult:
+    """1 when the response is at most `budget` long (tokens from the sampler, else `unit`), else 0: a binary
+    dimension that a policy can satisfy by choosing a shorter solution path."""
+    if isinstance(budget, bool) or not isinstance(budget, int) or budget <= 0:
+        raise RewardInputError(f"length_budget: budget must be a positive int, got {budget!r}")
+    length, unit_used = response_length(response, sample, length_key=length_key, unit=unit)
+    return RewardResult(float(length <= budget), {"reason": "ok" if length <= budget else "over_budget",
+                                                  "length": length, "budget": budget, "length_unit": unit_used})

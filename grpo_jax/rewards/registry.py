@@ -27,7 +27,7 @@ from grpo_jax.rewards.code import code_reward
 from grpo_jax.rewards.countdown import countdown_numbers_reward, countdown_reward, countdown_steps_reward
 from grpo_jax.rewards.format import format_reward
 from grpo_jax.rewards.math import math_reward
-from grpo_jax.rewards.penalties import length_penalty, overlong_penalty, repetition_penalty
+from grpo_jax.rewards.penalties import length_budget, length_penalty, overlong_penalty, repetition_penalty
 from grpo_jax.rewards.sandbox import SandboxPool
 from grpo_jax.rewards.science import science_reward
 from grpo_jax.rewards.translation import translation_reward
@@ -47,6 +47,7 @@ REWARDS: Mapping[str, RewardFn] = MappingProxyType(
             repetition_penalty,
             overlong_penalty,
             length_penalty,
+            length_budget,
         )
     }
 )
@@ -79,6 +80,7 @@ class RewardSpec:
     kwargs: Mapping[str, Any] = field(default_factory=dict)  # keyword-only arguments of the reward
     version: str | None = None  # if set, must equal the reward's current version (pins behaviour)
     label: str | None = None  # dimension name; defaults to `name` (set it to use a reward twice)
+    when: str | None = None  # another dimension: this one counts only where that one is satisfied (`gate`)
 
     def __post_init__(self) -> None:
         fn = REWARDS[_known(self.name)]
@@ -97,6 +99,8 @@ class RewardSpec:
             raise ValueError(f"RewardSpec({self.name!r}) pins version {self.version!r} but the reward is {current!r}")
         if self.label is not None and (not isinstance(self.label, str) or not self.label):
             raise ValueError(f"RewardSpec({self.name!r}).label must be a non-empty string")
+        if self.when is not None and (not isinstance(self.when, str) or not self.when):
+            raise ValueError(f"RewardSpec({self.name!r}).when must be a dimension name, got {self.when!r}")
         object.__setattr__(self, "kwargs", dict(self.kwargs))  # a private copy (plain dict: picklable, asdict-able)
         object.__setattr__(self, "weight", float(self.weight))
 
@@ -118,6 +122,11 @@ def dimension_names(specs: Sequence[RewardSpec]) -> list[str]:
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
         raise ValueError(f"duplicate reward dimensions {duplicates}: give RewardSpec a distinct label")
+    ungated = {s.dimension for s in specs if s.when is None}
+    for s in specs:
+        if s.when is not None and (s.when == s.dimension or s.when not in ungated):
+            raise ValueError(f"reward dimension {s.dimension!r}: when={s.when!r} must name another dimension of "
+                             f"this run that has no `when` of its own; dimensions without one: {sorted(ungated)}")
     return names
 
 
@@ -125,7 +134,7 @@ def describe(specs: Sequence[RewardSpec]) -> list[dict[str, Any]]:
     """What scored a run, one JSON-able record per dimension in column order of R: the dimension, the
     reward and the version it runs now (not the pin, which may be unset), its weight and kwargs."""
     return [{"dimension": s.dimension, "name": s.name, "version": reward_version(s.name), "weight": s.weight,
-             "kwargs": dict(s.kwargs)} for s in specs]
+             "kwargs": dict(s.kwargs), **({"when": s.when} if s.when else {})} for s in specs]
 
 
 def weights(specs: Sequence[RewardSpec]) -> np.ndarray:
@@ -197,6 +206,7 @@ def _assemble(
         for i, result in enumerate(columns[dim]):
             rewards_NxK[i, k] = result.score
             per_response[i][dim] = dict(result.info)
+    gate(specs, names, rewards_NxK, per_response)
     infos = {
         "dimensions": names,
         "versions": {s.dimension: reward_version(s.name) for s in specs},
@@ -205,3 +215,18 @@ def _assemble(
         "per_response": per_response,
     }
     return rewards_NxK, infos
+
+
+def gate(specs: Sequence[RewardSpec], names: list[str], rewards_NxK: np.ndarray, per_response: list[dict]) -> None:
+    """Conditioned rewards, in place: a dimension with `when` scores its reward's minimum on every row where
+    the `when` dimension is below its own maximum (not satisfied; NaN included), as GDPO's length reward
+    counts only for correct answers. The score it would have had stays in that row's info as `ungated`."""
+    for k, spec in enumerate(specs):
+        if spec.when is None:
+            continue
+        g = names.index(spec.when)
+        top = REWARDS[specs[g].name].score_range[1]  # type: ignore[attr-defined]
+        unmet = ~(np.nan_to_num(rewards_NxK[:, g], nan=-np.inf) >= top - 1e-6)
+        for i in np.flatnonzero(unmet):
+            per_response[i][spec.dimension]["ungated"] = float(rewards_NxK[i, k])
+        rewards_NxK[unmet, k] = REWARDS[spec.name].score_range[0]  # type: ignore[attr-defined]

@@ -16,7 +16,7 @@ def test_unknown_reward_lists_the_known_ones():
     for name in ("math", "format", "code", "science", "translation", "repetition", "overlong", "length"):
         assert name in str(err.value)
     assert set(REWARDS) == {"math", "format", "code", "science", "translation", "countdown", "countdown_numbers",
-                            "countdown_steps", "repetition", "overlong", "length"}
+                            "countdown_steps", "repetition", "overlong", "length", "length_budget"}
 
 
 def test_spec_validation():
@@ -100,3 +100,31 @@ def test_evaluate_input_errors():
         evaluate([], ["a"], [{}])
     with pytest.raises(KeyError, match="'answer'"):  # a malformed sample stops the run, naming the field
         evaluate([RewardSpec("math")], ["\\boxed{1}"], [{"question": "?"}])
+
+
+def test_when_gates_a_dimension_on_another():
+    # countdown (target 10 from 3, 7) gates length_budget (budget 30 sampler tokens): rows 0-1 correct, 2-3
+    # wrong; rows 0 and 2 fit the budget, 1 and 3 do not. Gated: the budget counts only where correct.
+    specs = [RewardSpec("countdown"), RewardSpec("length_budget", kwargs={"budget": 30}, when="countdown")]
+    sample = {"numbers": [3, 7], "target": 10}
+    responses = ["<think>3+7=10</think><answer>3+7</answer>"] * 2 + ["<think>7-3=4</think><answer>7-3</answer>"] * 2
+    lengths = [30, 31, 30, 31]
+    R, infos = evaluate(specs, responses, [dict(sample, response_length=n) for n in lengths])
+    assert R.tolist() == [[1.0, 1.0], [1.0, 0.0], [0.0, 0.0], [0.0, 0.0]]
+    ungated, _ = evaluate([specs[0], RewardSpec("length_budget", kwargs={"budget": 30})], responses,
+                          [dict(sample, response_length=n) for n in lengths])
+    assert ungated[:, 1].tolist() == [1.0, 0.0, 1.0, 0.0]  # what the gate took away: row 2
+    assert infos["per_response"][2]["length_budget"]["ungated"] == 1.0
+    assert "ungated" not in infos["per_response"][0]["length_budget"]
+
+
+def test_when_must_name_another_ungated_dimension():
+    with pytest.raises(ValueError, match="when='nope' must name another dimension"):
+        dimension_names([RewardSpec("countdown"), RewardSpec("format", when="nope")])
+    with pytest.raises(ValueError, match="when='format' must name another dimension"):
+        dimension_names([RewardSpec("format", when="format")])
+    with pytest.raises(ValueError, match="when='countdown_numbers' must name"):  # no chains
+        dimension_names([RewardSpec("countdown"), RewardSpec("countdown_numbers", when="countdown"),
+                         RewardSpec("format", when="countdown_numbers")])
+    with pytest.raises(ValueError, match="must be a dimension name"):
+        RewardSpec("format", when="")
