@@ -1,102 +1,118 @@
-"""Entropy-collapse study: RL from a warm start with healthy entropy, pushed to collapse by its causes, with
-no control against eleven controls and the documented pause-and-rollback, on 3-digit addition.
+"""Entropy-collapse study on Countdown: RL pushed to collapse by its literature's causes (a high learning rate and
+two optimizer updates per rollout), with no control against the controls that claim to prevent it, and the
+pause-and-rollback recovery taken apart.
 
-    python experiments/entropy_collapse.py --jobs 2            # 13 arms x 3 seeds -> runs/entropy_collapse/results.md
-                                                               # (two one-core processes: about 112 min on 2 cores)
-    python experiments/entropy_collapse.py --arms none,adaptive_temperature --seeds 3,4
+    python experiments/entropy_collapse.py --jobs 2            # the default arms -> runs/entropy_collapse/results.md
+    python experiments/entropy_collapse.py --arms none,clip_cov --seeds 3
     python experiments/entropy_collapse.py --smoke             # seconds; what the tests run
 
-Setting: the default experiment's model and warm start (supervised to 30% validation accuracy; mean token
-entropy about 0.2-0.3 nats at the start of RL; one warm start, seed --warm-seed (default --seed), shared by
-every seed and arm, so that seeds vary the RL alone; --warm-seed -1 gives each seed its own), then GRPO with
-the causes of collapse the arms fight: a learning rate too high (LR, 5x the default) and a dense 0/1 correctness reward.
-Arms: `none`; `entropy_bonus_warmup`; `adaptive_coef`; `adaptive_temperature`; `per_token_temperature`;
-`clip_higher`; `clip_cov`; `kl_cov`; `lower_lr` (LR_LOW, a tenth of LR); `higher_kl` (beta BETA); `top_entropy`
-(the policy loss on the top TOP_ENTROPY fraction of tokens by entropy, Wang et al. 2025); `top_entropy_kl` (the
-same, with a KL penalty of beta BETA_TOP_ENTROPY to the warm start); and
-`pause_rollback`: the median-entropy alarm pauses the run, and the rollback command of its report (which
-switches adaptive temperature on) resumes it with LR_LOW added (`--set optim.lr=...`: adaptive temperature alone
-let seed 1 fall to 0.069x after its rollback; the lower lr is the control that held the median on every seed).
-Not run by default (`--arms kl_passk`): KL beta BETA_PASSK with the pass@k advantage, k PASS_K (Chen et al.
-2025), which holds the median but trails `none`'s accuracy on seeds 0 and 2 (docs/measurements.md §10-§11).
+A stopped study (a working period ends, kill -9) resumes with the same command: finished runs are kept, a stopped
+run continues from its newest checkpoint.
 
-Reported per arm and seed: accuracy_start, accuracy_final (the mean of the evaluations of the last
-FINAL_WINDOW steps: one evaluation moved by up to 11 points between steps 250 and 300), accuracy_last,
-entropy_first / entropy_final (mean token entropy), entropy_p50_first / entropy_p50_final (median), the fit
-of training correctness against mean entropy R = -a exp(H) + b (Cui et al. 2025), and whether the run paused /
-where it rolled back to. Greedy accuracy scores the policy's mode only; the pass@k of the finished runs
-(samples at temperature 1, from their final checkpoints) is `experiments/pass_at_k.py`.
+Setting: Countdown (`presets.countdown`), each seed its own supervised warm start shared by its arms, then STEPS
+GRPO steps at lr LR with MINIBATCHES optimizer updates per rollout (so the probability ratio leaves 1 and the
+clipping controls act), the task's rewards (correct + format). Evaluation on N_EVAL held-out problems: greedy
+every EVAL_EVERY steps, EVAL_SAMPLES samples per problem at T = 1 at the start and the end.
+
+Arms: `none`; `null` (`none` with only its rollout key changed: the noise floor); the controls
+`entropy_bonus_warmup`, `adaptive_coef`, `adaptive_temperature`, `clip_higher`, `clip_cov`, `kl_cov`,
+`top_entropy` (policy loss on the top 20% tokens by entropy), `kl_ref` (KL to the warm start); `lower_lr` (the
+cause removed, a tenth of LR). Pause and rollback, ablated (the alarm watches reasoning-token entropy at T = 1,
+ALARM_FRAC of its first value for ALARM_PATIENCE steps): `pause_rollback` (pause, roll back to the checkpoint
+before the trouble, recovery RECOVERY = a control plus an lr cut), `pause_continue` (pause, go on from the paused
+step with the same recovery: no rollback), `fixed_recovery` (the recovery from step FIXED_AT, no alarm),
+`lr_at_alarm` (pause, go on with the lr cut alone: no control, no rollback).
+
+Reported per arm and seed: pass@1 and pass@EVAL_SAMPLES at T = 1 and greedy accuracy at the start and the end,
+distinct correct solutions per problem, reasoning-token entropy at T = 1 at the first and last steps (and its
+ratio), the fit R = -a exp(H) + b of training correctness against reasoning entropy (Cui et al. 2025), and where
+an alarm paused and rolled back. Comparisons with `none` are paired t-intervals over seeds beside the `null`
+arm's noise floor (`study.compare_seeds`).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 
 import numpy as np
 
 from grpo_jax import presets
-from grpo_jax.config import MonitorConfig, TrainConfig, override, to_dict
-from grpo_jax.study import Arm, compare_arms, last_mean, launch, plot_curves, warm_start_note, write_study
+from grpo_jax.config import TrainConfig, override
+from grpo_jax.study import Arm, compare_seeds, launch, plot_curves, warm_start_note, write_study
 
-# The history of each choice below (what was tried, on which seeds) is in docs/measurements.md §6-§11.
-LR = 5e-4  # 5x the default experiment's lr: with the dense 0/1 reward, what pushes `none` to collapse
-LR_LOW = 5e-5  # lower_lr, and the lr after the rollback: at 1e-4 the median entropy still fell to 0.22-0.25x (§8)
-BETA = 0.5  # higher_kl: the beta search's pick on seed 0 (§6)
-STEPS = 500  # at 300 steps `none` had not finished collapsing: seed 1 ended at 0.111x, still falling (§7)
-EVAL_EVERY = 25
-FINAL_WINDOW = 100  # accuracy_final: the mean of the evaluations in the last FINAL_WINDOW steps (425-500)
-TOP_ENTROPY = 0.2  # loss.top_entropy_quantile of the top_entropy arm (Wang et al. 2025 train on the top 20%)
-# top_entropy_kl: the top 20% alone ended at 0.275-0.37x; KL 0.5 alone held the median but cost 3-4 points (§11)
-BETA_TOP_ENTROPY = 0.1
-# kl_passk, chosen on seed 1: pass@k alone let the median fall; beta 0.2-0.5 held it but cost accuracy (§6, §8, §9)
-BETA_PASSK, PASS_K = 0.1, 4
-REWARDS = json.dumps([{"name": "math", "weight": 1.0}])  # dense 0/1 correctness, nothing else
-
-
-def _median_pause_rules() -> str:
-    """The default rules with the median-entropy alarm pausing (the mean hides this collapse)."""
-    rules = [dataclasses.replace(r, action="pause") if r.name == "entropy_median_collapse" else r
-             for r in MonitorConfig().rules]
-    return json.dumps(to_dict(MonitorConfig(rules=tuple(rules)))["rules"])
+LR = 4e-4
+LR_LOW = 4e-5  # lower_lr: the cause removed
+MINIBATCHES = 2  # optimizer updates per rollout
+STEPS = 200
+EVAL_EVERY = 50
+N_EVAL = 1000
+EVAL_SAMPLES = 16
+CHECKPOINT_EVERY = 25  # the rollback needs a checkpoint from before the trouble
+TOP_ENTROPY = 0.2
+COV_RATIO = 0.002
+BETA_KL = 0.1
+REASONING_ENTROPY = "entropy_t1/reasoning/mean"
+ALARM_FRAC, ALARM_PATIENCE = 0.5, 5
+FIXED_AT = 100  # fixed_recovery's step
+RECOVERY_CONTROL = ("temperature.mode=adaptive", "temperature.entropy_floor=0.15", "temperature.max_temp=1.5")
+RECOVERY_LR = LR / 2
+QUIET_ALARMS = ("monitor.collapse_action=warn", "monitor.rules=[]")  # after a recovery: no second pause
+DIMS = ("countdown", "format")
 
 
-ARMS = {
-    "none": Arm(),
-    "entropy_bonus_warmup": Arm(("entropy.mode=warmup", "entropy.coef=0.02", "entropy.warmup_start=0",
-                                 "entropy.warmup_steps=50")),
-    "adaptive_coef": Arm(("entropy.mode=adaptive", "entropy.coef=0.01", "entropy.target_entropy=0.2",
-                          "entropy.max_coef=0.2", "entropy.adapt_rate=0.1")),
-    "adaptive_temperature": Arm(("temperature.mode=adaptive", "temperature.entropy_floor=0.15",
-                                 "temperature.max_temp=1.5")),
-    # floor at the near-zero threshold: only the collapsed tokens are heated (a floor of 0.05 with boost 2
-    # heated half the tokens at the start and cost accuracy in exploration: docs/measurements.md §4)
-    "per_token_temperature": Arm(("sampling.token_entropy_floor=0.01", "sampling.token_boost=1.5",
-                                  "sampling.token_max_temperature=1.5")),
-    "clip_higher": Arm(("loss.eps_high=0.28",)),
-    "clip_cov": Arm(("loss.policy_loss=clip_cov",)),
-    "kl_cov": Arm(("loss.policy_loss=kl_cov",)),
-    "lower_lr": Arm((f"optim.lr={LR_LOW}",)),
-    "higher_kl": Arm((f"loss.beta={BETA}",)),
-    "top_entropy": Arm((f"loss.top_entropy_quantile={TOP_ENTROPY}",)),
-    "top_entropy_kl": Arm((f"loss.top_entropy_quantile={TOP_ENTROPY}", f"loss.beta={BETA_TOP_ENTROPY}")),
-    "pause_rollback": Arm((f"monitor.rules={_median_pause_rules()}", "checkpoint.every=25",
-                           "checkpoint.keep_last=20"), on_pause=("monitor.collapse_action=warn",
-                                                                 "monitor.rules=[]", f"optim.lr={LR_LOW}")),
-}
-EXTRA_ARMS = {  # run by name only (--arms kl_passk)
-    "kl_passk": Arm((f"loss.beta={BETA_PASSK}", "advantage.estimator=passk", f"advantage.pass_k={PASS_K}")),
-}
+def alarm_rules(smoke: bool = False) -> str:
+    """The pausing alarm of the pause arms: reasoning-token entropy at T = 1 under ALARM_FRAC of its first value
+    for ALARM_PATIENCE steps (the default rules are replaced: their collapse alarms would pause `none` too).
+    smoke: an alarm that fires at step 1 (any completion is longer than 0 tokens), to run the pause paths."""
+    if smoke:
+        return json.dumps([{"metric": "length/mean", "kind": "above", "threshold": 0.0, "action": "pause",
+                            "name": "reasoning_entropy_collapse"}])
+    return json.dumps([{"metric": REASONING_ENTROPY, "kind": "below_first_frac", "threshold": ALARM_FRAC,
+                        "action": "pause", "patience": ALARM_PATIENCE, "name": "reasoning_entropy_collapse"}])
+
+
+LR_CUT = (f"optim.lr={RECOVERY_LR}",)
+
+
+def arms(smoke: bool = False) -> dict:
+    """The study's arms (smoke: the pause arms' alarm fires at step 1, the fixed recovery starts at step 1)."""
+    alarm = (f"monitor.rules={alarm_rules(smoke)}",)
+    return {
+        "none": Arm(),
+        "null": Arm(("sampling.key_offset=1",)),
+        "entropy_bonus_warmup": Arm(("entropy.mode=warmup", "entropy.coef=0.01", "entropy.warmup_steps=50")),
+        "adaptive_coef": Arm(("entropy.mode=adaptive", "entropy.coef=0.005", "entropy.target_entropy=0.3",
+                              "entropy.max_coef=0.05", "entropy.adapt_rate=0.05")),
+        "adaptive_temperature": Arm(RECOVERY_CONTROL),
+        "clip_higher": Arm(("loss.eps_high=0.28",)),
+        # the papers' ratios select one token of the ~5,000 per update here: both at 0.002 (about 10 tokens)
+        "clip_cov": Arm(("loss.policy_loss=clip_cov", f"loss.clip_cov_ratio={COV_RATIO}")),
+        "kl_cov": Arm(("loss.policy_loss=kl_cov", f"loss.kl_cov_ratio={COV_RATIO}")),
+        "top_entropy": Arm((f"loss.top_entropy_quantile={TOP_ENTROPY}",)),
+        "kl_ref": Arm((f"loss.beta={BETA_KL}",)),
+        "lower_lr": Arm((f"optim.lr={LR_LOW}",)),
+        "pause_rollback": Arm(alarm, on_pause=(*QUIET_ALARMS, *RECOVERY_CONTROL, *LR_CUT)),
+        "pause_continue": Arm(alarm, on_pause=(*QUIET_ALARMS, *RECOVERY_CONTROL, *LR_CUT), pause_resume=True),
+        "fixed_recovery": Arm(switch_at=1 if smoke else FIXED_AT, switch=(*RECOVERY_CONTROL, *LR_CUT)),
+        "lr_at_alarm": Arm(alarm, on_pause=(*QUIET_ALARMS, *LR_CUT), pause_resume=True),
+    }
+
+
+ARMS, SMOKE_ARMS = arms(), arms(smoke=True)
+CONTROLS = ("entropy_bonus_warmup", "adaptive_coef", "adaptive_temperature", "clip_higher", "clip_cov", "kl_cov",
+            "top_entropy", "kl_ref")
+PAUSE_ARMS = ("pause_rollback", "pause_continue", "fixed_recovery", "lr_at_alarm")
 
 
 def get_config(smoke: bool = False) -> TrainConfig:
     """python experiments/entropy_collapse.py [--smoke] [--jobs N] [--arms A,B] [--seeds S,T] [--set KEY=VALUE ...]"""
-    return override(presets.collapse_study(smoke, steps=STEPS, eval_every=EVAL_EVERY, smoke_steps=3),
-                    [f"optim.lr={LR}", f"rewards.specs={REWARDS}"])
+    cfg = presets.countdown_study(smoke, steps=STEPS, eval_every=EVAL_EVERY, n_eval=N_EVAL,
+                                  eval_samples=EVAL_SAMPLES, checkpoint_every=CHECKPOINT_EVERY)
+    return override(cfg, [f"optim.lr={LR}", f"minibatches={MINIBATCHES}", "checkpoint.keep_last=20"])
 
 
-def fit_entropy_law(h: np.ndarray, r: np.ndarray) -> dict:
+def fit_entropy_law(h, r) -> dict:
     """Least squares R = -a exp(H) + b; returns a, b and R^2 (nan when H does not vary)."""
     x = np.exp(np.asarray(h, float))
     r = np.asarray(r, float)
@@ -104,96 +120,87 @@ def fit_entropy_law(h: np.ndarray, r: np.ndarray) -> dict:
         return {"fit_a": float("nan"), "fit_b": float("nan"), "fit_r2": float("nan")}
     slope, b = np.polyfit(x, r, 1)
     resid = r - (slope * x + b)
-    r2 = 1.0 - resid.var() / max(r.var(), 1e-12)
-    return {"fit_a": float(-slope), "fit_b": float(b), "fit_r2": float(r2)}
+    return {"fit_a": float(-slope), "fit_b": float(b), "fit_r2": float(1.0 - resid.var() / max(r.var(), 1e-12))}
 
 
 def summarize(rows: list[dict]) -> dict:
-    train = [r for r in rows if "entropy/mean" in r]
+    """One run's figures: the T = 1 and greedy evaluations at the start and the end, reasoning-token entropy at
+    the first and last steps (means over 5 steps), and the entropy law fitted over the run."""
     evals = [r for r in rows if "eval/accuracy" in r]
-    fit = fit_entropy_law([r["entropy/mean"] for r in train], [r["reward/math/mean"] for r in train])
-    last = max(r["step"] for r in rows)
-    final = [r["eval/accuracy"] for r in evals[1:] if r["step"] > last - FINAL_WINDOW]
-    final = final or [evals[-1]["eval/accuracy"]]
-    out = {"accuracy_start": evals[0]["eval/accuracy"], "accuracy_final": float(np.mean(final)),
-           "accuracy_last": evals[-1]["eval/accuracy"], "accuracy_final_evals": len(final),
-           "accuracy_best": max(r["eval/accuracy"] for r in evals),
-           "entropy_first": train[0]["entropy/mean"], "entropy_final": last_mean(rows, "entropy/mean", 10),
-           "entropy_p50_first": train[0]["entropy/p50"], "entropy_p50_final": last_mean(rows, "entropy/p50", 10),
-           **fit}
-    out["entropy_ratio"] = out["entropy_final"] / out["entropy_first"]
-    out["entropy_p50_ratio"] = out["entropy_p50_final"] / out["entropy_p50_first"]
+    sampled = [r for r in evals if "eval/t1/pass@1" in r]
+    train = [r for r in rows if REASONING_ENTROPY in r and "reward/countdown/mean" in r]
+    k = max((int(key.split("@")[1]) for key in (sampled[-1] if sampled else {}) if key.startswith("eval/t1/pass@")),
+            default=0)
+    out = {"eval_samples": k}
+    for when, ev, t1 in (("start", evals[0], sampled[0] if sampled else {}),
+                         ("final", evals[-1], sampled[-1] if sampled else {})):
+        out[f"greedy_{when}"] = ev["eval/accuracy"]
+        out[f"pass1_t1_{when}"] = t1.get("eval/t1/pass@1")
+        out[f"passk_t1_{when}"] = t1.get(f"eval/t1/pass@{k}")
+        out[f"distinct_correct_{when}"] = t1.get("eval/t1/distinct_correct")
+    h = [r[REASONING_ENTROPY] for r in train]
+    out["entropy_first"] = float(np.mean(h[:5])) if h else float("nan")
+    out["entropy_final"] = float(np.mean(h[-5:])) if h else float("nan")
+    out["entropy_ratio"] = out["entropy_final"] / out["entropy_first"] if h else float("nan")
+    out.update(fit_entropy_law(h, [r["reward/countdown/mean"] for r in train]))
     return out
 
 
-CONTROLS_NEEDED = 2  # controls that must hold entropy and accuracy on every seed
-HELD = 0.3  # a control holds entropy when it ends at >= HELD x its start
-COLLAPSED = 0.1  # `none` has collapsed when it ends under COLLAPSED x its start
+COLLAPSED = 0.2  # `none`'s reasoning entropy ends under this fraction of its start on every seed
+CONTROLS_NEEDED = 2
 
 
-def verdict(results: dict, measure: str = "entropy_p50") -> dict:
-    """The study's acceptance, judged from its figures on `measure` (entropy_p50: median; entropy: mean).
-
-    - collapse: `none` ends under COLLAPSED x its first value on every seed;
-    - controls: the arms (not `none`, not `pause_rollback`) that end at >= HELD x their start on every seed
-      with accuracy_final no lower than `none`'s on that seed; the study needs CONTROLS_NEEDED of them;
-    - pause_rollback: every seed paused, rolled back, and ended with the measure back at >= COLLAPSED x its
-      start (the alarm's own threshold no longer holds).
-    Seeds missing from `none` make the per-seed comparisons fail rather than pass."""
-    ratio = lambda r: r[f"{measure}_final"] / r[f"{measure}_first"]  # noqa: E731
-    none = {r["seed"]: r for r in results.get("none", [])}
-    out = {"measure": measure, "none_ratio": {s: ratio(r) for s, r in none.items()}}
-    out["collapse"] = bool(none) and all(v < COLLAPSED for v in out["none_ratio"].values())
-    holding = {}
-    for arm, runs in results.items():
-        if arm in ("none", "pause_rollback") or not runs:
-            continue
-        ok = [r["seed"] in none and ratio(r) >= HELD and r["accuracy_final"] >= none[r["seed"]]["accuracy_final"]
-              for r in runs]
-        if all(ok) and {r["seed"] for r in runs} >= set(none):
-            holding[arm] = [round(ratio(r), 3) for r in runs]
-    out["controls"] = holding
-    pauses = results.get("pause_rollback", [])
-    out["pause_rollback"] = bool(pauses) and all(
-        r.get("paused_at") is not None and r.get("rolled_back_to") is not None and ratio(r) >= COLLAPSED
-        for r in pauses)
-    out["holds"] = out["collapse"] and len(holding) >= CONTROLS_NEEDED and out["pause_rollback"]
+def verdict(results: dict, passk: dict, greedy: dict) -> dict:
+    """The acceptance from the figures and the comparisons with `none` (`compare_seeds` on passk_t1_final and
+    greedy_final): collapse (`none` ends under COLLAPSED x its reasoning entropy on every seed and its pass@k
+    below its warm start's); the controls (not `lower_lr`, not the pause arms) that win on pass@k (`verdict` ==
+    "win") with a greedy difference no lower than minus the null arm's spread (the greedy noise floor); at least
+    CONTROLS_NEEDED are needed."""
+    none = results.get("none", [])
+    out = {"none_ratio": {r["seed"]: r["entropy_ratio"] for r in none}}
+    out["collapse"] = bool(none) and all(r["entropy_ratio"] < COLLAPSED and r["passk_t1_final"] < r["passk_t1_start"]
+                                         for r in none)
+    floor = (greedy.get("noise_floor") or {}).get("floor")
+    held = []
+    for arm in CONTROLS:
+        p, g = passk.get("arms", {}).get(arm), greedy.get("arms", {}).get(arm)
+        if p and g and floor is not None and p["verdict"] == "win" and g["diff"]["diff"] >= -floor:
+            held.append(arm)
+    out["controls"] = held
+    out["holds"] = out["collapse"] and len(held) >= CONTROLS_NEEDED
     return out
 
 
 def main(argv=None) -> dict:
-    run = launch(argv, doc=__doc__, get_config=get_config, arms=ARMS,
-                 default_out="runs/entropy_collapse", summarize=summarize,
-                 warm=presets.SFT, smoke_warm=presets.SFT_SMOKE,
-                 extra_arms=EXTRA_ARMS)
-    args, cfg, out, arms, warm_seed, study = run.args, run.cfg, run.out, run.arms, run.warm_seed, run.study
-    study["verdict"] = verdict(study["results"])
-    study["settings"] = {"lr": LR, "lr_lower_lr": LR_LOW, "lr_after_rollback": LR_LOW, "beta_higher_kl": BETA,
-                         "top_entropy_quantile": TOP_ENTROPY,
-                         "beta_top_entropy_kl": BETA_TOP_ENTROPY,
-                         "beta_kl_passk": BETA_PASSK, "pass_k_kl_passk": PASS_K,
-                         "steps": cfg.steps, "rewards": REWARDS, "eval_every": EVAL_EVERY, "final_window": FINAL_WINDOW}
-    plots = [plot_curves(out, arms, "entropy/mean", "mean token entropy (nats)", "entropy", log=True),
-             plot_curves(out, arms, "entropy/p50", "median token entropy (nats)", "entropy_median", log=True),
-             plot_curves(out, arms, "eval/accuracy", "held-out accuracy", "accuracy"),
-             plot_curves(out, arms, "reward/math/adv_corr", "corr(correctness, A)", "adv_corr_math")]
-    notes = (f"3-digit addition; {warm_start_note(warm_seed)}; then {cfg.steps} "
-             f"GRPO steps at lr {LR} with a 0/1 correctness reward. accuracy_final is the mean of the held-out "
-             f"evaluations (500 problems, greedy, every {EVAL_EVERY} steps) in the last {FINAL_WINDOW} steps; "
-             "accuracy_last is the single last one. Fit: training correctness against mean token "
-             "entropy over the run, R = -a exp(H) + b.")
-    columns = ["accuracy_start", "accuracy_final", "accuracy_last", "entropy_first", "entropy_final",
-               "entropy_p50_first", "entropy_p50_final", "fit_a", "fit_b", "fit_r2"]
+    run = launch(argv, doc=__doc__, get_config=get_config, arms=ARMS, smoke_arms=SMOKE_ARMS,
+                 default_out="runs/entropy_collapse", summarize=summarize, warm=presets.COUNTDOWN_SFT,
+                 smoke_warm=presets.COUNTDOWN_SFT_SMOKE, warm_seed_default=-1)
+    cfg, out, arms, study = run.cfg, run.out, run.arms, run.study
+    others = [a for a in arms if a not in ("none", "null")]
+    passk, greedy, *rest = [compare_seeds(study["results"], baseline="none", metric=m, null="null", arms=others,
+                                          family=len(CONTROLS))
+                            for m in ("passk_t1_final", "greedy_final", "pass1_t1_final", "entropy_final",
+                                      "distinct_correct_final")]
+    study["verdict"] = verdict(study["results"], passk, greedy)
+    study["settings"] = {"lr": LR, "lr_low": LR_LOW, "minibatches": MINIBATCHES, "steps": cfg.steps,
+                         "alarm": {"metric": REASONING_ENTROPY, "frac": ALARM_FRAC, "patience": ALARM_PATIENCE},
+                         "recovery": [*RECOVERY_CONTROL, *LR_CUT], "fixed_at": FIXED_AT}
+    plots = [plot_curves(out, arms, REASONING_ENTROPY, "reasoning-token entropy at T = 1 (nats)", "entropy_reasoning",
+                         log=True),
+             plot_curves(out, arms, "entropy_t1/answer/mean", "answer-token entropy at T = 1 (nats)", "entropy_answer",
+                         log=True),
+             plot_curves(out, arms, "eval/accuracy", "held-out greedy accuracy", "accuracy")]
     v = study["verdict"]
-    notes += (f"\n\nAcceptance on the median entropy: `none` under {COLLAPSED}x on every seed: {v['collapse']} "
-              f"({', '.join(f'seed {s}: {x:.3f}x' for s, x in v['none_ratio'].items())}); controls at >= {HELD}x on "
-              f"every seed with accuracy no lower than `none`: {sorted(v['controls']) or 'none'} (needed "
-              f"{CONTROLS_NEEDED}); pause_rollback paused, rolled back and recovered on every seed: "
-              f"{v['pause_rollback']}. Holds: {v['holds']}.")
-    write_study(out, study, title="Entropy collapse and its controls", columns=columns, plots=plots, notes=notes,
-                seed_columns=["accuracy_start", "accuracy_final", "accuracy_last", "entropy_ratio",
-                              "entropy_p50_ratio", "paused_at", "rolled_back_to"],
-                comparison=compare_arms(out, arms, study["seeds"], baseline="none"))
+    notes = (f"Countdown, {warm_start_note(run.warm_seed)}; {cfg.steps} GRPO steps at lr {LR}, {MINIBATCHES} updates "
+             f"per rollout. pass@k at T = 1 with {cfg.logging.eval_samples} samples on {cfg.task.n_eval} held-out "
+             f"problems.\n\nAcceptance: `none` collapses (reasoning entropy < {COLLAPSED}x and pass@k below its start "
+             f"on every seed): {v['collapse']}; controls winning on pass@k with greedy within the noise: "
+             f"{v['controls'] or 'none'} (needed {CONTROLS_NEEDED}). Holds: {v['holds']}.")
+    columns = ["passk_t1_start", "passk_t1_final", "pass1_t1_final", "greedy_start", "greedy_final",
+               "distinct_correct_final", "entropy_first", "entropy_final", "entropy_ratio", "fit_a", "fit_b", "fit_r2"]
+    write_study(out, study, title="Entropy collapse on Countdown and its controls", columns=columns, plots=plots,
+                notes=notes, seed_comparisons=[passk, greedy, *rest],
+                seed_columns=["passk_t1_final", "greedy_final", "entropy_ratio", "paused_at", "rolled_back_to"])
     print(open(os.path.join(out, "results.md")).read())
     return study
 

@@ -9,8 +9,8 @@ reports pass@1 (the mean of the k), pass@k (at least one of the k right) and the
 problem. It also re-scores the checkpoint greedily and reports the run's own last logged evaluation beside
 it: the two are equal when the checkpoint is the run's final policy (a check of this script).
 
---start scores the study's warm start too (recomputed: the arithmetic warm start both collapse studies use,
-seed --warm-seed), on each seed's held-out rows. XLA:CPU's float results depend on how many threads it
+--start scores the study's warm start too (recomputed with its task's warm-start settings, seed --warm-seed), on
+each seed's held-out rows. XLA:CPU's float results depend on how many threads it
 splits a matrix product over, and the warm start's hundreds of steps carry such differences into which
 step it stops at: run this under the same `taskset -c N` (one core) as the study was, or its greedy figure
 will differ from the logged step-0 evaluation (a warning says so). Nothing under the run folders is written: each run's
@@ -97,9 +97,10 @@ def score_run(run_dir: str, *, k: int) -> dict:
 
 
 def warm_params(run_dir: str, *, warm_seed: int, smoke: bool):
-    """The study's warm start (recomputed with the config of the run in `run_dir` and seed `warm_seed`)."""
+    """The study's warm start (recomputed with the config of the run in `run_dir`, seed `warm_seed` and the
+    warm-start settings of its task: Countdown's, else the arithmetic ones)."""
     cfg = load_config(os.path.join(run_dir, "config.json"))
-    sft = presets.sft(smoke)
+    sft = presets.countdown_sft(smoke) if cfg.task.name == "countdown" else presets.sft(smoke)
     n_valid = sft.pop("n_valid")
     with tempfile.TemporaryDirectory() as scratch:
         params, _ = kept_warm_start(override(cfg, [f"seed={warm_seed}"]), scratch, n_valid, sft)

@@ -227,6 +227,7 @@ def should_pause(alarms: Iterable[Alarm]) -> bool:
 REMEDIES = {
     "entropy_collapse": "--set temperature.mode=adaptive",  # the control that moved entropy in our studies
     "entropy_median_collapse": "--set temperature.mode=adaptive",
+    "reasoning_entropy_collapse": "--set temperature.mode=adaptive",  # the thinking tokens' entropy at T = 1
     "group_variance_collapse": "--set dynamic.enabled=true",  # train on the groups that still vary
 }
 

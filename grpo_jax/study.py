@@ -47,13 +47,19 @@ class Arm:
     `reload_weights` ({dimension: weight}); the trainer re-reads it on the next step (the hot reload a
     researcher does by editing the file). The run is stopped at that step and resumed in the same
     directory, so the switch step is exact and the run stays reproducible.
+    switch_at / switch: from step `switch_at` on the run trains with the extra overrides `switch` (a control
+    switched on at a fixed step: stopped at that step and resumed with them, as a reload).
     on_pause: when an alarm pauses the run, run the rollback command the pause report names, with these
-    extra overrides (the documented recovery), and continue to the configured steps."""
+    extra overrides (the documented recovery), and continue to the configured steps; with `pause_resume`,
+    continue from the paused step itself with them instead (no rollback)."""
 
     overrides: tuple = ()
     reload_at: int = 0
     reload_weights: tuple = ()  # ((dimension, weight), ...)
+    switch_at: int = 0
+    switch: tuple = ()
     on_pause: tuple | None = None
+    pause_resume: bool = False
 
 
 RECOMPUTE = "sampling.old_logp_source=recompute"
@@ -230,14 +236,17 @@ def _collect_finished(base: TrainConfig, arms, seeds, out: str, summarize, warm_
                 print(f"summarize-only: {arm} seed {seed} missing or unfinished ({path}); left out")
                 continue
             check_run_config(os.path.dirname(path), override(base, [f"seed={seed}", *arms[arm].overrides]),
-                             skip=RELOAD_SKIP if arms[arm].reload_at else ())
+                             skip=segment_skip(arms[arm]))
             results[arm].append({**summarize(rows), **run_events(os.path.dirname(path)), "seed": seed,
                                  "warm_seed": seed if warm_seed is None else warm_seed})
     return {"results": {a: r for a, r in results.items() if r}, "seeds": list(seeds), "wall_seconds": 0.0}
 
 
-# A reload arm's config.json is written by its first segment (steps = reload_at) and names its own weights file.
-RELOAD_SKIP = ("rewards.weights.weights_file", "steps")
+def segment_skip(arm: Arm) -> tuple[str, ...]:
+    """The config.json fields `check_run_config` cannot compare for this arm: a reload or switch arm's
+    config.json is written by its first segment (steps = that step), and a reload arm names its own weights
+    file."""
+    return ("rewards.weights.weights_file", "steps") if arm.reload_at else ("steps",) if arm.switch_at else ()
 
 
 def check_run_config(run_dir: str, expected: TrainConfig, skip: tuple[str, ...] = ()) -> None:
@@ -265,9 +274,9 @@ def run_events(run_dir: str) -> dict:
 
 
 def run_progress(run_dir: str, steps: int) -> dict:
-    """Where a study's run folder stands, from its own files: {"done": every step logged, or paused by an alarm
-    with nothing after the pause; "paused_at": the step of a pause not yet rolled back (None); "rollback": the
-    config of the last rollback (None); "checkpoint": whether there is one to resume from}."""
+    """Where a study's run folder stands, from its own files: {"done": every step logged; "paused_at": the step
+    of a pause with nothing logged after it (None); "paused": whether any alarm paused it; "rollback": the
+    config of the last rollback (None); "checkpoint": the newest checkpoint's step (None)}."""
     read = lambda name: read_jsonl(path) if os.path.exists(path := os.path.join(run_dir, name)) else []  # noqa: E731
     rows = read("metrics.jsonl")
     last = max((r.get("step", -1) for r in rows), default=-1)
@@ -276,47 +285,67 @@ def run_progress(run_dir: str, steps: int) -> dict:
     paused_at = marks[-1]["step"] if marks and marks[-1]["kind"] == "pause" and marks[-1]["step"] >= last else None
     rollbacks = [e["config"] for e in events if e["kind"] == "rollback"]
     checkpoints = os.path.join(run_dir, "checkpoints")
-    has_ckpt = os.path.isdir(checkpoints) and any(n.isdigit() for n in os.listdir(checkpoints))
-    return {"done": last >= steps, "paused_at": paused_at, "rollback": rollbacks[-1] if rollbacks else None,
-            "checkpoint": has_ckpt}
+    kept = [int(n) for n in os.listdir(checkpoints) if n.isdigit()] if os.path.isdir(checkpoints) else []
+    return {"done": last >= steps, "paused_at": paused_at, "paused": any(e["kind"] == "pause" for e in events),
+            "rollback": rollbacks[-1] if rollbacks else None, "checkpoint": max(kept) if kept else None}
+
+
+def arm_segments(cfg: TrainConfig, arm: Arm) -> list[tuple[int, TrainConfig]]:
+    """The stretches an arm trains in, as (last step, config): one for most arms; a reload or a switch ends
+    the first at its step (the config then says steps = that step) and trains the rest with the switch."""
+    at = arm.reload_at or arm.switch_at
+    if not at:
+        return [(cfg.steps, cfg)]
+    return [(at, override(cfg, [f"steps={at}"])), (cfg.steps, override(cfg, list(arm.switch)))]
 
 
 def run_arm(cfg: TrainConfig, arm: Arm, run_dir: str, params, *, quiet: bool) -> None:
-    """Train one arm from `params` in `run_dir` (see `Arm` for reloads and pauses), or finish it: a folder a
-    killed study left behind resumes from its newest checkpoint (`run_progress`; a folder with logs but no
-    checkpoint starts again, `Trainer` sets its logs aside), a finished one is left as it is."""
+    """Train one arm from `params` in `run_dir` (see `Arm` for reloads, switches and pauses), or finish it: a
+    folder a killed study left behind resumes from its newest checkpoint (`run_progress`; a folder with logs
+    but no checkpoint starts again, `Trainer` sets its logs aside), a finished one is left as it is."""
     progress = run_progress(run_dir, cfg.steps)
     if progress["done"] or (progress["paused_at"] is not None and arm.on_pause is None):
         return
     if progress["paused_at"] is None:
-        if progress["rollback"] is not None:  # rolled back after a pause: go on with the rollback's config
-            cfg = from_dict(TrainConfig, progress["rollback"])
-        resume = progress["checkpoint"]
-        if arm.reload_at and (not resume or _latest_checkpoint(run_dir) < arm.reload_at):
-            trainer = Trainer(override(cfg, [f"steps={arm.reload_at}"]), run_dir, resume=resume, quiet=quiet)
-            if not resume:
-                trainer.set_params(params)
-            trainer.run()
-            resume = True
-        if arm.reload_at:  # idempotent: a resumed study writes the same file again
-            atomic_write_text(cfg.rewards.weights.weights_file, json.dumps(dict(arm.reload_weights)))
-        trainer = Trainer(cfg, run_dir, resume=resume, quiet=quiet)
-        if not resume:
-            trainer.set_params(params)
-        summary = trainer.run()
-        if not summary["paused"] or arm.on_pause is None:
+        summary = _train_segments(cfg, arm, run_dir, params, progress, quiet=quiet)
+        if summary is None or not summary["paused"] or arm.on_pause is None:
             return
         paused_at = summary["steps"]
     else:
         paused_at = progress["paused_at"]
+    _continue_after_pause(cfg, arm, run_dir, paused_at, quiet=quiet)
+
+
+def _train_segments(cfg: TrainConfig, arm: Arm, run_dir: str, params, progress: dict, *, quiet: bool):
+    """`run_arm` before any pause it handles: train (or resume) each remaining segment; the last summary."""
+    if progress["rollback"] is not None:  # rolled back after a pause: go on with the rollback's config
+        return Trainer(from_dict(TrainConfig, progress["rollback"]), run_dir, resume=True, quiet=quiet).run()
+    if progress["paused"] and arm.pause_resume:  # continued after a pause with the arm's recovery
+        return Trainer(override(cfg, list(arm.on_pause)), run_dir, resume=True, quiet=quiet).run()
+    summary, at = None, progress["checkpoint"]
+    for end, seg_cfg in arm_segments(cfg, arm):
+        if at is not None and at >= end:
+            continue
+        if arm.reload_at and end == cfg.steps:  # idempotent: a resumed study writes the same file again
+            atomic_write_text(cfg.rewards.weights.weights_file, json.dumps(dict(arm.reload_weights)))
+        trainer = Trainer(seg_cfg, run_dir, resume=at is not None, quiet=quiet)
+        if at is None:
+            trainer.set_params(params)
+        summary, at = trainer.run(), end
+        if summary["paused"]:
+            return summary
+    return summary
+
+
+def _continue_after_pause(cfg: TrainConfig, arm: Arm, run_dir: str, paused_at: int, *, quiet: bool) -> None:
+    """The arm's recovery from the pause at `paused_at`: resume there with `on_pause` (`pause_resume`), or run
+    the rollback command of the pause's alarm report with `on_pause` added."""
+    if arm.pause_resume:
+        Trainer(override(cfg, list(arm.on_pause)), run_dir, resume=True, quiet=quiet).run()
+        return
     report = json.loads(open(os.path.join(run_dir, "alarms", f"step-{paused_at}.json")).read())
     argv = shlex.split(report["rollback_command"])[3:]  # drop "python -m grpo_jax.train"
     train_main(argv + [x for o in arm.on_pause for x in ("--set", o)] + ["--quiet"])
-
-
-def _latest_checkpoint(run_dir: str) -> int:
-    names = os.listdir(os.path.join(run_dir, "checkpoints"))
-    return max(int(n) for n in names if n.isdigit())
 
 
 def run_study(base: TrainConfig, arms: dict[str, Arm], *, seeds, out: str, sft: dict, quiet: bool,
@@ -352,7 +381,7 @@ def run_study(base: TrainConfig, arms: dict[str, Arm], *, seeds, out: str, sft: 
                 atomic_write_text(wfile, "{}")
                 cfg = override(cfg, [f"rewards.weights.weights_file={wfile}"])
             if os.path.exists(os.path.join(run_dir, "config.json")):  # left by an earlier, stopped study
-                check_run_config(run_dir, cfg, skip=RELOAD_SKIP if arm.reload_at else ())
+                check_run_config(run_dir, cfg, skip=segment_skip(arm))
             run_arm(cfg, arm, run_dir, params, quiet=quiet)
             figures = summarize(read_jsonl(os.path.join(run_dir, "metrics.jsonl")))
             figures.update(seed=seed, warm_seed=ws, sft_steps=sft_summary["sft_steps"], **run_events(run_dir))

@@ -169,14 +169,26 @@ def test_reward_collapse_smoke(tmp_path):
 
 
 def test_entropy_collapse_smoke(tmp_path):
-    study = _study_smoke("entropy_collapse.py", tmp_path, ["accuracy_start", "accuracy_final", "accuracy_last",
-                                                           "entropy_first",
-                                                           "entropy_final", "entropy_p50_first", "entropy_p50_final",
+    study = _study_smoke("entropy_collapse.py", tmp_path, ["greedy_start", "greedy_final", "passk_t1_start",
+                                                           "passk_t1_final", "pass1_t1_final", "entropy_first",
+                                                           "entropy_final", "entropy_ratio", "distinct_correct_final",
                                                            "fit_a", "fit_b", "fit_r2", "paused_at", "rolled_back_to"],
-                         arms="none,per_token_temperature,pause_rollback,tis")
-    assert set(study["results"]) == {"none", "per_token_temperature", "pause_rollback", "tis"}
+                         arms="none,pause_rollback,pause_continue,lr_at_alarm,fixed_recovery,tis")
+    assert set(study["results"]) == {"none", "pause_rollback", "pause_continue", "lr_at_alarm", "fixed_recovery",
+                                     "tis"}
     rows = [json.loads(line) for line in open(tmp_path / "tis" / "seed0" / "metrics.jsonl")]
     assert all("gap/kl" in r and "is_weight" in r for r in rows if "loss" in r)  # recompute: measured every step
+    # the pause arms' smoke alarm fires at step 1; each recovery cuts the lr from then on, the fixed one at step 1
+    # without an alarm; only pause_rollback rolls back. Every arm trains each of its 3 steps once.
+    ec = load_launcher("entropy_collapse")
+    runs = {a: r for a, (r,) in study["results"].items()}
+    for arm in ("pause_rollback", "pause_continue", "lr_at_alarm", "fixed_recovery"):
+        rows = [json.loads(line) for line in open(tmp_path / arm / "seed0" / "metrics.jsonl")]
+        lrs = {r["step"]: r["lr"] for r in rows if "loss" in r}
+        assert sorted(lrs) == [1, 2, 3], (arm, sorted(lrs))
+        assert lrs[1] == pytest.approx(ec.LR) and lrs[3] == pytest.approx(ec.RECOVERY_LR), (arm, lrs)
+        assert runs[arm]["paused_at"] == (None if arm == "fixed_recovery" else 1), (arm, runs[arm])
+        assert (runs[arm]["rolled_back_to"] is not None) == (arm == "pause_rollback"), (arm, runs[arm])
     # pass@k from the final checkpoints: the greedy re-score of each checkpoint (and of the recomputed warm
     # start) equals the run's own last (first) logged evaluation, and nothing under the run folders is written
     files = sorted(p for p in tmp_path.rglob("*") if p.is_file())
@@ -205,12 +217,12 @@ def test_entropy_collapse_smoke(tmp_path):
     fresh.logger.close()
     # --update scores one more arm and keeps the others; a different k is refused
     again = subprocess.run([sys.executable, "experiments/pass_at_k.py", str(tmp_path), "--arms",
-                            "per_token_temperature", "--seeds", "0", "--k", "3", "--update"], cwd=ROOT,
+                            "fixed_recovery", "--seeds", "0", "--k", "3", "--update"], cwd=ROOT,
                            capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stderr[-3000:]
     updated = json.loads((tmp_path / "pass_at_k.json").read_text())
-    added = updated["results"]["per_token_temperature"]
-    assert updated["results"] == {**report["results"], "per_token_temperature": added} and len(added) == 1
+    added = updated["results"]["fixed_recovery"]
+    assert updated["results"] == {**report["results"], "fixed_recovery": added} and len(added) == 1
     assert updated["warm_seed"] == report["warm_seed"] == 0
     wrong_k = subprocess.run([sys.executable, "experiments/pass_at_k.py", str(tmp_path), "--arms", "none", "--seeds",
                               "0", "--k", "2", "--update"], cwd=ROOT, capture_output=True, text=True, timeout=600)

@@ -11,48 +11,51 @@ entropy_verdict = load_launcher("entropy_collapse").verdict
 reward_verdict = load_launcher("reward_collapse").verdict
 
 
-def _ent(seed, first, final, acc, **extra):
-    return {"seed": seed, "entropy_p50_first": first, "entropy_p50_final": final, "accuracy_final": acc, **extra}
+def _ent(seed, ratio, passk, greedy, start_passk=0.8):
+    return {"seed": seed, "entropy_ratio": ratio, "passk_t1_final": passk, "passk_t1_start": start_passk,
+            "greedy_final": greedy}
 
 
 def _entropy_results():
-    # none collapses to 0.05x on both seeds; `good` holds 0.5x and is at least as accurate; `cold` holds
-    # entropy but is less accurate on seed 1; `weak` is accurate but ends at 0.2x; pause_rollback recovers.
-    return {
-        "none": [_ent(0, 1.0, 0.05, 0.40), _ent(1, 2.0, 0.10, 0.50)],
-        "good": [_ent(0, 1.0, 0.5, 0.40), _ent(1, 2.0, 1.0, 0.55)],
-        "also_good": [_ent(0, 1.0, 0.3, 0.45), _ent(1, 2.0, 0.6, 0.50)],
-        "cold": [_ent(0, 1.0, 0.5, 0.45), _ent(1, 2.0, 1.0, 0.49)],
-        "weak": [_ent(0, 1.0, 0.2, 0.60), _ent(1, 2.0, 0.4, 0.60)],
-        "pause_rollback": [_ent(0, 1.0, 0.2, 0.4, paused_at=200, rolled_back_to=175),
-                           _ent(1, 2.0, 0.3, 0.5, paused_at=210, rolled_back_to=200)],
-    }
+    # none collapses (0.1x, pass@16 0.70 < 0.80 at the start) on 4 seeds; null differs from none by +-0.005 in
+    # pass@16 and +-0.01 in greedy; `good` and `also_good` gain 0.04-0.06 pass@16 on every seed with greedy equal;
+    # `costly` gains pass@16 but loses 0.05 greedy (beyond the greedy floor); `weak` gains +-0.01 (noise).
+    seeds = range(4)
+    sign = lambda s: 1 if s % 2 else -1  # noqa: E731
+    return {"none": [_ent(s, 0.1, 0.70, 0.40) for s in seeds],
+            "null": [_ent(s, 0.1, 0.70 + 0.005 * sign(s), 0.40 + 0.01 * sign(s)) for s in seeds],
+            "clip_cov": [_ent(s, 0.5, 0.75 + 0.01 * sign(s), 0.40) for s in seeds],
+            "kl_cov": [_ent(s, 0.5, 0.74 + 0.01 * sign(s), 0.41) for s in seeds],
+            "kl_ref": [_ent(s, 0.5, 0.75, 0.35) for s in seeds],
+            "top_entropy": [_ent(s, 0.2, 0.70 + 0.01 * sign(s), 0.40) for s in seeds],
+            "lower_lr": [_ent(s, 0.6, 0.80, 0.45) for s in seeds]}
 
 
-def test_entropy_verdict_holds_with_two_controls_and_a_recovered_pause():
-    v = entropy_verdict(_entropy_results())
-    assert v["collapse"] and v["none_ratio"] == {0: pytest.approx(0.05), 1: pytest.approx(0.05)}
-    # 0.3x exactly counts as held (>=); equal accuracy counts as no lower
-    assert sorted(v["controls"]) == ["also_good", "good"]
-    assert v["pause_rollback"] and v["holds"]
+def _entropy_judge(results):
+    arms = [a for a in results if a not in ("none", "null")]
+    passk, greedy = (study.compare_seeds(results, baseline="none", metric=m, null="null", arms=arms, family=8)
+                     for m in ("passk_t1_final", "greedy_final"))
+    return entropy_verdict(results, passk, greedy)
 
 
-def test_entropy_verdict_fails_on_each_missing_piece():
+def test_entropy_verdict_needs_collapse_and_two_controls_that_win_on_pass_at_k():
+    v = _entropy_judge(_entropy_results())
+    # greedy floor: null - none d = [-0.01, 0.01, -0.01, 0.01], sd 0.01155, t_{0.975,3} 3.182 -> 0.0184; kl_ref's
+    # greedy -0.05 is below -0.0184; lower_lr wins but is the cause removed, not a control
+    assert v["collapse"] and v["none_ratio"] == {s: 0.1 for s in range(4)}
+    assert v["controls"] == ["clip_cov", "kl_cov"] and v["holds"]
+
+
+def test_entropy_verdict_fails_without_collapse_or_controls():
     results = _entropy_results()
-    results["none"][1] = _ent(1, 2.0, 0.25, 0.50)  # 0.125x: not collapsed on seed 1
-    assert not entropy_verdict(results)["collapse"] and not entropy_verdict(results)["holds"]
+    results["none"][3]["entropy_ratio"] = 0.25  # one seed does not collapse
+    assert not _entropy_judge(results)["collapse"] and not _entropy_judge(results)["holds"]
     results = _entropy_results()
-    del results["also_good"]
-    assert sorted(entropy_verdict(results)["controls"]) == ["good"] and not entropy_verdict(results)["holds"]
+    results["none"][0]["passk_t1_final"] = 0.85  # pass@16 above the warm start's on one seed
+    assert not _entropy_judge(results)["collapse"]
     results = _entropy_results()
-    results["pause_rollback"][0]["paused_at"] = None  # never paused
-    assert not entropy_verdict(results)["pause_rollback"] and not entropy_verdict(results)["holds"]
-    results = _entropy_results()
-    results["pause_rollback"][1]["entropy_p50_final"] = 0.1  # 0.05x: did not recover
-    assert not entropy_verdict(results)["pause_rollback"]
-    results = _entropy_results()
-    results["good"] = results["good"][:1]  # a control measured on one seed of two cannot hold on every seed
-    assert "good" not in entropy_verdict(results)["controls"]
+    del results["kl_cov"]
+    assert _entropy_judge(results)["controls"] == ["clip_cov"] and not _entropy_judge(results)["holds"]
 
 
 DIMS = ("countdown", "countdown_numbers", "countdown_steps", "length_budget")
