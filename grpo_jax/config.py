@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import functools
 import inspect
 import json
 import math
@@ -494,6 +495,57 @@ def _alarm_rule(i: int, rule) -> AlarmRule:
         raise ValueError(f"MonitorConfig.{where}: rule {name!r}: {e}") from None
 
 
+def _pairs_field(cls, name: str) -> bool:
+    """Whether the field `name` of config class `cls` is a mapping kept as (key, value) pairs (task.options):
+    `--set` takes one key of it as `field.KEY=VALUE` and the whole of it as a JSON object or as pairs."""
+    return dataclasses.is_dataclass(cls) and any(f.name == name and f.metadata.get("pairs")
+                                                 for f in dataclasses.fields(cls))
+
+
+def as_pairs(where: str, value) -> tuple:
+    """A mapping given as an object {key: value} or as [key, value] pairs -> a tuple of (key, value) tuples in
+    the order given, the form config.json has always stored (so older files load). Anything else, a key that
+    is not a non-empty string, or a key given twice is a ValueError naming `where` and the three spellings."""
+    spellings = (f"{where}: must be an object such as {{\"tokenizer_path\": \"...\"}} or a list of [key, value] "
+                 "pairs (on the command line also field.KEY=VALUE)")
+    if isinstance(value, Mapping):
+        items = list(value.items())
+    elif isinstance(value, (tuple, list)):
+        bad = [p for p in value if not (isinstance(p, (tuple, list)) and len(p) == 2)]
+        if bad:
+            raise ValueError(f"{spellings}; {bad[0]!r} is not a [key, value] pair")
+        items = [tuple(p) for p in value]
+    else:
+        raise ValueError(f"{spellings}, got {value!r:.80} ({type(value).__name__})")
+    keys = [k for k, _ in items]
+    bad_keys = [k for k in keys if not isinstance(k, str) or not k]
+    if bad_keys:
+        raise ValueError(f"{spellings}; key {bad_keys[0]!r} is not a non-empty string")
+    twice = sorted({k for k in keys if keys.count(k) > 1})
+    if twice:
+        raise ValueError(f"{where}: keys {twice} are given more than once")
+    return tuple((k, _freeze(v)) for k, v in items)
+
+
+def _set_pair(pairs, key: str, value) -> list:
+    """`pairs` ([key, value] lists, as to_dict gives them) with `key` set to `value`: replaced in place when
+    present (its position kept), appended otherwise."""
+    out = [list(p) for p in pairs]
+    for p in out:
+        if p[0] == key:
+            p[1] = value
+            return out
+    return out + [[key, value]]
+
+
+def _freeze(v):
+    if isinstance(v, list):
+        return tuple(_freeze(x) for x in v)
+    if isinstance(v, dict):
+        return {k: _freeze(x) for k, x in v.items()}
+    return v
+
+
 # --------------------------------------------------------------------------------------------------
 # The run: one dataclass per concern, nested in TrainConfig. `override(cfg, ["loss.eps_high=0.28"])`
 # is the CLI syntax every experiment shares (`--set loss.eps_high=0.28`).
@@ -529,8 +581,8 @@ class ModelSpec:
 class TaskConfig:
     """The verifiable task and its data."""
 
-    name: str = "arithmetic"  # grpo_jax.tasks.TASKS key (supplies tokenizer, rewards, solutions)
-    options: tuple = ()  # task options as (key, value) pairs, e.g. (("digits", 3),)
+    name: str = "arithmetic"  # grpo_jax.tasks.TASKS key (supplies tokenizer, rewards, solutions), or your own package.module:TaskClass
+    options: tuple = dataclasses.field(default=(), metadata={"pairs": True})  # task options: --set task.options.digits=3, a JSON object {"digits": 3}, or [key, value] pairs (stored as pairs)
     train_path: str = ""  # JSONL of training rows; "" = generate `n_train` rows from the task
     eval_path: str = ""  # JSONL of held-out rows (first n_eval used); "" = the task's "heldout" split
     n_train: int = 20_000  # generated training rows
@@ -545,6 +597,7 @@ class TaskConfig:
     #                          strip | drop | flag (count only) | off; held-out rows are only counted, never changed
 
     def __post_init__(self):
+        object.__setattr__(self, "options", as_pairs("TaskConfig.options", self.options))
         for name, allowed in (("format", ROW_FORMATS), ("chat", CHAT_MODES), ("sanitize", SANITIZE_ACTIONS)):
             if getattr(self, name) not in allowed:
                 _fail("TaskConfig", name, f"must be one of {', '.join(allowed)}, got {getattr(self, name)!r}")
@@ -604,7 +657,7 @@ REWARD_SPEC_FIELDS = ("name", "weight", "kwargs", "version", "label", "when")
 class RewardsConfig:
     """Reward dimensions; empty specs = the task's defaults."""
 
-    specs: tuple = ()  # tuple of {"name", "weight", "kwargs"} dicts (grpo_jax.rewards.RewardSpec fields)
+    specs: tuple = ()  # tuple of {"name", "weight", "kwargs"} dicts (grpo_jax.rewards.RewardSpec fields); name: a built-in reward or your own package.module:function
     weights: RewardWeightsConfig = RewardWeightsConfig()  # curriculum + hot-reloaded weights file
 
     def __post_init__(self):
@@ -878,7 +931,8 @@ def from_dict(cls, d: dict, _where: str = ""):
             v = from_dict(t, v, where)
         else:
             try:
-                v = _checked_value(f"{where} ({cls.__name__}.{k})", _freeze(v), t)
+                check = as_pairs if _pairs_field(cls, k) else functools.partial(_checked_value, t=t)
+                v = check(f"{where} ({cls.__name__}.{k})", _freeze(v))
             except ValueError as e:
                 comment = _field_comments(cls).get(k)
                 raise ValueError(f"{e}; the field: {comment}" if comment else str(e)) from None
@@ -919,14 +973,6 @@ def _checked_value(where: str, v, t):
     return tuple(v) if t is tuple else v
 
 
-def _freeze(v):
-    if isinstance(v, list):
-        return tuple(_freeze(x) for x in v)
-    if isinstance(v, dict):
-        return {k: _freeze(x) for k, x in v.items()}
-    return v
-
-
 def _parse_value(text: str):
     for parse in (json.loads, ast.literal_eval):
         try:
@@ -938,25 +984,40 @@ def _parse_value(text: str):
 
 def override(cfg, assignments) -> typing.Any:
     """Apply "a.b.c=value" assignments (values parsed as JSON, then Python literals, else strings; a string
-    field takes the text as written). A value of the wrong type or range is an error naming the assignment."""
+    field takes the text as written). A value of the wrong type or range is an error naming the assignment.
+
+    A field kept as (key, value) pairs (task.options) also takes one key as `task.options.KEY=VALUE` (set or
+    added; the others kept), and a JSON object for the whole field."""
     d = to_dict(cfg)
     for item in assignments:
         if "=" not in item:
             raise ValueError(f"override {item!r} is not of the form key.path=value")
         path, text = item.split("=", 1)
         node, keys, cls = d, path.strip().split("."), type(cfg)
-        for k in keys[:-1]:
+        for i, k in enumerate(keys[:-1]):
+            if _pairs_field(cls, k):
+                if i != len(keys) - 2 or not keys[-1]:
+                    raise ValueError(f"override {path!r}: {'.'.join(keys[:i + 1])} takes one key after it, as "
+                                     f"{'.'.join(keys[:i + 1])}.KEY=VALUE")
+                node[k] = _set_pair(node[k], keys[-1], _parse_value(text))
+                break
             if not isinstance(node.get(k), dict):
                 raise ValueError(f"override {path!r}: {k!r} is not a config section")
             node, cls = node[k], typing.get_type_hints(cls).get(k)
-        if keys[-1] not in node:
-            raise ValueError(f"override {path!r}: no field {keys[-1]!r}; known: {sorted(node)}")
-        value = _parse_value(text)
-        hint = typing.get_type_hints(cls).get(keys[-1]) if dataclasses.is_dataclass(cls) else None
-        if hint is str and not isinstance(value, str):
-            value = text  # e.g. task.train_path=2024.jsonl stays the path it names
-        node[keys[-1]] = value
+        else:
+            _assign_field(node, cls, path, keys[-1], text)
     return from_dict(type(cfg), d)
+
+
+def _assign_field(node: dict, cls, path: str, key: str, text: str) -> None:
+    """Set field `key` of the config section `node` (of class `cls`) to the value `text` parses to."""
+    if key not in node:
+        raise ValueError(f"override {path!r}: no field {key!r}; known: {sorted(node)}")
+    value = _parse_value(text)
+    hint = typing.get_type_hints(cls).get(key) if dataclasses.is_dataclass(cls) else None
+    if hint is str and not isinstance(value, str):
+        value = text  # e.g. task.train_path=2024.jsonl stays the path it names
+    node[key] = value
 
 
 def _field_comments(cls) -> dict[str, str]:

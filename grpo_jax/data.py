@@ -252,24 +252,51 @@ def _no_rows(path: str, setting: str, task, hint: str = "") -> DataError:
                      f"JSON object per line, fields {list(task.required_fields)}{hint}")
 
 
-def sanitize_row(row: Row, action: str) -> tuple[Row | None, list[Finding]]:
-    """`row` with its prompt (or every turn of its conversation) cleaned of reward-channel injection
-    (rewards.sanitize), or None when `action` drops it; and what was found. "flag" changes nothing."""
+def sanitize_row(row: Row, action: str, keep: Sequence[str] = ()) -> tuple[Row | None, list[Finding]]:
+    """`row` with its prompt (or every user turn of its conversation) cleaned of reward-channel injection
+    (rewards.sanitize), or None when `action` drops it; and what was found. "flag" changes nothing.
+
+    The run's own instructions are never rewritten: a system turn is the dataset's instruction, not a
+    scraped question, so it is only flagged (reported, kept as written), and the texts of `keep` (the
+    configured system prompt, the fixed wording of the row format: `instruction_texts`) are kept wherever
+    they appear."""
     if action == "off":
         return row, []
     if "messages" in row:
         turns, found = [], []
         for turn in row["messages"]:
-            result = sanitize_prompt(turn["content"], action=action)
+            own = action if turn["role"] != "system" else "flag"
+            result = sanitize_prompt(turn["content"], action=own, keep=keep)
             found += result.findings
             if result.dropped:
                 return None, found
             turns.append({**turn, "content": result.text})
         return (row if action == "flag" or not found else {**row, "messages": turns}), found
-    result = sanitize_prompt(row["prompt"], action=action)
+    result = sanitize_prompt(row["prompt"], action=action, keep=keep)
     if result.dropped:
         return None, list(result.findings)
     return (row if action == "flag" or not result.findings else {**row, "prompt": result.text}), list(result.findings)
+
+
+def instruction_texts(cfg: TaskConfig, fmt: str) -> tuple[str, ...]:
+    """The instruction texts prompt cleaning must keep for rows of format `fmt`: the configured system
+    prompt and the fixed wording the format puts around each question (`adapters.fixed_text`)."""
+    return tuple(t for t in (cfg.system_prompt, *adapters.fixed_text(fmt)) if t.strip())
+
+
+def cleaning_summary(setting: str, report: Mapping[str, Any]) -> str | None:
+    """One line saying what prompt cleaning changed in a file (rows cleaned and dropped, findings per kind,
+    the first example), or None when it changed and found nothing: printed when a run starts, so a rewrite
+    of the data is seen before training on it, not only in the report."""
+    if not report or not (report.get("rows_changed") or report.get("rows_dropped") or report.get("findings")):
+        return None
+    kinds = ", ".join(f"{k} {n}" for k, n in report.get("findings", {}).items())
+    line = (f"{setting}: task.sanitize={report['action']} cleaned {report['rows_changed']} rows, dropped "
+            f"{report['rows_dropped']} ({kinds})")
+    if report.get("examples"):
+        first = report["examples"][0]
+        line += f"; first: {first['row']} {first['outcome']}, found {first['found'][:2]}"
+    return line
 
 
 @dataclass
@@ -352,6 +379,7 @@ def prepare_file(path: str, setting: str, task, cfg: TaskConfig, tokenizer: Toke
     fmt = _file_format(path, lines[0], cfg, task)
     required = tasks_lib.bind_format(task, fmt).required_fields
     cleaning = CleaningReport(action)
+    keep = instruction_texts(cfg, fmt)
     pairs: list[tuple[Row, Row | None]] = []
     kept, where = [], []
     for lineno, raw in lines:
@@ -363,7 +391,7 @@ def prepare_file(path: str, setting: str, task, cfg: TaskConfig, tokenizer: Toke
         problem = check_row(row, [f for f in required if not (f == "prompt" and "messages" in row)])
         if problem:
             raise DataError(f"{place}: {problem} (format {fmt})")
-        cleaned, findings = sanitize_row(row, action)
+        cleaned, findings = sanitize_row(row, action, keep)
         cleaning.add(place, row, cleaned, findings)
         pairs.append((raw, cleaned))
         if cleaned is not None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import flax.struct
@@ -31,7 +31,7 @@ from grpo_jax import diagnostics, sampler, sharding
 from grpo_jax import rewards as rewards_lib
 from grpo_jax.config import AdvantageConfig, DynamicSamplingConfig, SamplingConfig
 from grpo_jax.control import GroupBuffer
-from grpo_jax.rewards.format import SEGMENT_KINDS, segment_kinds, split_response
+from grpo_jax.rewards.format import SEGMENT_KINDS, assistant_turn, segment_kinds, split_response, think_prefilled
 from models.config import ModelConfig
 
 Row = dict[str, Any]
@@ -137,7 +137,8 @@ def score(actor: Actor, rows: Sequence[Row], ro: sampler.Rollout) -> Experience:
     codes = sharding.gather_rows(codes, owned, b).reshape(b * g, len(actor.specs), REASON_BYTES)
     return Experience(rows=tuple(rows), rollout=ro, rewards=sharding.gather_rows(r, owned, b), texts=tuple(texts),
                       reasons=tuple(reasons_from_codes(codes, actor.dims)),
-                      token_kinds=token_kinds(actor.tokenizer, toks, lengths))
+                      token_kinds=token_kinds(actor.tokenizer, toks, lengths,
+                                              prefilled=[think_prefilled(r) for r in rows]))
 
 
 # a reward's info["reason"] is a short identifier ("multiple_answers", "timeout"); longer ones are cut here
@@ -316,9 +317,27 @@ def host_metrics(exp: Experience, dims: Sequence[str]) -> dict[str, float]:
         out["format_rate"] = float(np.nanmean(r[..., list(dims).index("format")] >= 1.0))
     out["repetition/rate"] = repetition_rate(sharding.to_host(exp.rollout.tokens),
                                              sharding.to_host(exp.rollout.lengths))
-    out.update(thinking_lengths(exp.texts))
+    out.update(thinking_lengths(assistant_turns(exp.rows, exp.texts)))
     out.update(reason_counts(exp.reasons))
     return out
+
+
+def format_zero_warning(metrics: Mapping[str, float]) -> str | None:
+    """The warning for a first step on which no completion passed the format reward (`format_rate` 0), naming
+    the reason the format reward gave most often, or None. A zero format rate at the start is almost always a
+    mismatch between the prompt and the structure the reward checks (a chat template that opens `<think>` in
+    the prompt, tags named differently), not something training will fix; the logs alone hide it among the
+    other metrics."""
+    if "format_rate" not in metrics or metrics["format_rate"] > 0.0:
+        return None
+    prefix = "reason/format/"
+    counts = {k[len(prefix):]: v for k, v in metrics.items() if k.startswith(prefix) and v > 0}
+    total = sum(counts.values())
+    why = max(sorted(counts), key=lambda r: counts[r]) if counts else "unknown"
+    share = f", {int(counts[why])} of {int(total)} completions" if counts else ""
+    return (f"format reward 0 for every completion of the first step (most common reason: {why}{share}): check "
+            "that the prompt asks for the structure the format reward checks (a chat template that ends the prompt "
+            "with <think> marks its rows think_prefilled; a row without that field must write <think> itself)")
 
 
 def reason_counts(reasons: Sequence[dict[str, str]]) -> dict[str, float]:
@@ -339,10 +358,12 @@ def logged_samples(exp: Experience, dims: Sequence[str], n: int) -> list[dict]:
              "reasons": exp.reasons[i]} for i in range(min(n, len(exp.texts)))]
 
 
-def token_kinds(tokenizer, tokens_BxGxT: np.ndarray, lengths_BxG: np.ndarray) -> np.ndarray:
+def token_kinds(tokenizer, tokens_BxGxT: np.ndarray, lengths_BxG: np.ndarray,
+                prefilled: Sequence[bool] | None = None) -> np.ndarray:
     """[B, G, T] int8: each completion token's `SEGMENT_KINDS` code (0 other, 1 reasoning, 2 answer), the
     kind of its first character in the concatenation of the tokens' own texts (`segment_kinds`); a token
-    with no text (EOS, a special) and the padding after the end are "other"."""
+    with no text (EOS, a special) and the padding after the end are "other". `prefilled[b]`: row b's
+    prompt opened the think block, so its completions start inside the thinking."""
     pieces: dict[int, str] = {}
 
     def piece(i: int) -> str:
@@ -354,11 +375,22 @@ def token_kinds(tokenizer, tokens_BxGxT: np.ndarray, lengths_BxG: np.ndarray) ->
     flat, lengths = out.reshape(-1, out.shape[-1]), lengths_BxG.reshape(-1)
     for row, (ids, n) in enumerate(zip(tokens_BxGxT.reshape(-1, out.shape[-1]), lengths)):
         texts = [piece(int(i)) for i in ids[: int(n)]]
-        kinds, at = segment_kinds("".join(texts)), 0
+        opened = bool(prefilled[row // tokens_BxGxT.shape[1]]) if prefilled is not None else False
+        kinds, at = segment_kinds("".join(texts), think_prefilled=opened), 0
         for t, text in enumerate(texts):
             flat[row, t] = kinds[at] if text else 0
             at += len(text)
     return out
+
+
+def assistant_turns(rows: Sequence[Row], texts: Sequence[str]) -> list[str]:
+    """Each completion (row-major [B*G] over the B rows) as the whole assistant turn the rewards read
+    (`rewards.format.assistant_turn`: "<think>" in front where the row's prompt opened it). Without rows
+    (nothing to say which prompt opened a think block) the texts are returned as they are."""
+    if not rows:
+        return list(texts)
+    g = len(texts) // len(rows)
+    return [assistant_turn(t, rows[i // g]) for i, t in enumerate(texts)]
 
 
 def thinking_lengths(texts: Sequence[str]) -> dict[str, float]:

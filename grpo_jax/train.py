@@ -13,6 +13,7 @@ import dataclasses
 import json
 import os
 import shutil
+import sys
 import tempfile
 import time
 import warnings
@@ -133,6 +134,11 @@ class Trainer:
         if start is None and jax.process_index() == 0:
             atomic_write_text(os.path.join(out_dir, "config.json"), json.dumps(to_dict(cfg), indent=2, sort_keys=True))
             self.logger.event(0, "data", **self.data_report)
+        if jax.process_index() == 0 and not quiet:  # what cleaning did to the data, seen before training on it
+            for setting, key in (("task.train_path", "sanitize"), ("task.eval_path", "eval_sanitize")):
+                line = data_lib.cleaning_summary(setting, self.data_report.get(key, {}))
+                if line:
+                    print(line, file=sys.stderr, flush=True)
         if jax.process_index() == 0:  # every start (a resume may run other code): <out>/manifest.json
             for problem in provenance.record_start(out_dir, cfg, self.actor.specs, start_step=start or 0):
                 self.logger.event(start or 0, "regression_failed", message=problem)
@@ -307,6 +313,8 @@ class Trainer:
             if (eval_every and step % eval_every == 0) or last:
                 metrics.update(self.evaluate(sampled=self._sampled_eval_due(step)))
             self.logger.log(step, metrics, timings=out.timings, histograms=out.histograms)
+            if step == 1:  # the first update: a format rate of 0 here is a prompt/reward mismatch, said once
+                self._warn_format_zero(metrics)
             samples = experience.logged_samples(out.experience, self.actor.dims, cfg.logging.samples_per_step)
             self.logger.log_samples(step, samples)
             alarms = self.monitor.observe(step, metrics)
@@ -324,6 +332,13 @@ class Trainer:
             shutil.rmtree(self.logger.out_dir, ignore_errors=True)
         self.ckpt.close()
         return {"steps": self.step, "wall_seconds": time.perf_counter() - start_time, "paused": paused}
+
+    def _warn_format_zero(self, metrics: dict) -> None:
+        """Log a `format_zero` event and warn when no completion of the first step passed the format reward."""
+        message = experience.format_zero_warning(metrics)
+        if message:
+            self.logger.event(self.step, "format_zero", message=message)
+            warnings.warn(message, RuntimeWarning, stacklevel=3)
 
     def _report_alarms(self, step: int, alarms) -> None:
         for a in alarms:

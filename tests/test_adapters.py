@@ -10,6 +10,7 @@ import json
 import numpy as np
 import pytest
 
+from grpo_jax import data as data_lib
 from grpo_jax.config import TaskConfig
 from grpo_jax.data import DataError, load_task_data
 from grpo_jax.rewards import sanitize
@@ -459,3 +460,38 @@ def test_sanitize_cleans_every_turn_of_a_conversation(tmp_path):
     assert rows[0]["messages"] == injected["messages"] and report["sanitize"]["findings"] == KINDS
     with pytest.raises(DataError, match=r"chats\.jsonl: task\.sanitize=drop dropped every row"):
         load(write_rows(tmp_path / "chats.jsonl", [injected]), tokenizer=tok, sanitize="drop")
+
+
+
+def test_cleaning_keeps_the_run_instructions_and_says_what_it_changed(tmp_path):
+    """The format instruction of a system turn, of a question and of task.system_prompt reaches the prompt as
+    written; a system turn is only flagged, never rewritten; the user turn's injection is still stripped; the
+    one-line summary printed at start gives the counts and the first example."""
+    instruction = "Put the final number in <answer></answer>."
+    system = {"role": "system", "content": f"{instruction} Ignore the question if it is empty."}
+    injected = {"messages": [system, {"role": "user", "content": f"Compute 2+3. {INJECTION}"}], "answer": "5"}
+    path = write_rows(tmp_path / "chats.jsonl", [injected])
+    rows, _, report = load(path, tokenizer=ChatMLChars(), sanitize="strip")
+    assert rows[0]["messages"] == [system, {"role": "user", "content": "Compute 2+3."}]
+    assert rows[0]["prompt"].startswith(f"[system]{instruction} Ignore the question if it is empty.\n")
+    info = report["sanitize"]
+    assert info["rows_changed"] == 1 and info["findings"] == {"instruction_override": 2, "reward_channel": 1}
+    line = data_lib.cleaning_summary("task.train_path", info)
+    assert line.startswith("task.train_path: task.sanitize=strip cleaned 1 rows, dropped 0 (instruction_override 2,")
+    assert f"first: {path}:1 cleaned" in line
+    assert data_lib.cleaning_summary("task.eval_path", {"action": "flag", "rows_changed": 0, "rows_dropped": 0,
+                                                        "findings": {}, "examples": []}) is None
+    # a question carrying the format instruction, rendered under a configured system prompt that carries it too
+    plain = write_rows(tmp_path / "gsm8k.jsonl", [{"question": f"What is 6*7? {instruction}", "answer": "#### 42"}])
+    rows, _, report = load(plain, tokenizer=ChatMLChars(), system_prompt=instruction)
+    assert rows[0]["prompt"] == f"[system]{instruction}\n[user]What is 6*7? {instruction}\n[assistant]"
+    assert report["sanitize"]["findings"] == {} and report["sanitize"]["rows_changed"] == 0
+
+
+def test_instruction_texts_are_the_system_prompt_and_the_formats_fixed_wording():
+    cfg = TaskConfig(system_prompt="Answer in <answer></answer>.")
+    assert data_lib.instruction_texts(cfg, "mbpp") == ("Answer in <answer></answer>.",
+                                                        "\nYour code should pass these tests:\n\n")
+    assert data_lib.instruction_texts(TaskConfig(), "gsm8k") == ()
+    with pytest.raises(ValueError, match="unknown row format 'csv'"):
+        adapters.fixed_text("csv")

@@ -21,6 +21,44 @@ def test_override_parses_values_and_round_trips():
     assert from_dict(TrainConfig, to_dict(cfg)) == cfg
 
 
+@pytest.mark.parametrize("items", [
+    ["task.options.tokenizer_path=models/tiny x", "task.options.digits=2"],  # one key at a time
+    ['task.options={"tokenizer_path": "models/tiny x", "digits": 2}'],  # a JSON object
+    ['task.options=[["tokenizer_path", "models/tiny x"], ["digits", 2]]'],  # [key, value] pairs, as stored
+    ['task.options=[["tokenizer_path", "old"], ["digits", 5]]', "task.options.tokenizer_path=models/tiny x",
+     "task.options.digits=2"],  # a key given again replaces its value in place
+])
+def test_task_options_take_dotted_keys_objects_and_pairs_and_store_pairs(items):
+    cfg = override(TrainConfig(), items)
+    assert cfg.task.options == (("tokenizer_path", "models/tiny x"), ("digits", 2))
+    assert to_dict(cfg)["task"]["options"] == [["tokenizer_path", "models/tiny x"], ["digits", 2]]  # config.json
+    assert from_dict(TrainConfig, to_dict(cfg)) == cfg
+    assert override(cfg, ["task.options.digits=3"]).task.options == (("tokenizer_path", "models/tiny x"), ("digits", 3))
+
+
+@pytest.mark.parametrize("item, words", [
+    ("task.options=tokenizer_path", r"task\.options \(TaskConfig\.options\): must be an object such as "
+                                    r"\{\"tokenizer_path\": \"\.\.\.\"\} or a list of \[key, value\] pairs.*got "
+                                    r"'tokenizer_path' \(str\)"),
+    ('task.options=[["digits"]]', r"task\.options \(TaskConfig\.options\): .*\('digits',\) is not a \[key, value\]"),
+    ('task.options=[["digits", 2], ["digits", 3]]', r"task\.options \(TaskConfig\.options\): keys \['digits'\] are "
+                                                    r"given more than once"),
+    ('task.options={"": 3}', r"key '' is not a non-empty string"),
+    ("task.options.digits.x=3", r"override 'task\.options\.digits\.x': task\.options takes one key after it, as "
+                                r"task\.options\.KEY=VALUE"),
+    ("task.options.=3", r"task\.options takes one key after it"),
+])
+def test_a_bad_task_options_spelling_names_the_field_and_the_spellings(item, words):
+    with pytest.raises(ValueError, match=words):
+        override(TrainConfig(), [item])
+
+
+def test_task_options_given_in_python_as_a_dict_are_stored_as_pairs():
+    from grpo_jax.config import TaskConfig
+
+    assert TaskConfig(options={"digits": 2, "op": "-"}).options == (("digits", 2), ("op", "-"))
+
+
 @pytest.mark.parametrize("item, words", [
     ("loss.eps_hgh=0.3", "eps_hgh"),
     ("sampling.group_size=0", "group_size"),

@@ -96,7 +96,7 @@ def test_answer_segment_follows_split_response(response, expected):
 
 
 def test_version_registration_and_malformed_samples():
-    assert countdown_reward.reward_version == "1" and REWARDS["countdown"] is countdown_reward
+    assert countdown_reward.reward_version == "2" and REWARDS["countdown"] is countdown_reward
     for sample in ({"numbers": [3, 5, 8]}, {"target": 23}, {"numbers": [], "target": 1},
                    {"numbers": [3, True], "target": 1}, {"numbers": [3, 10**7], "target": 1},
                    {"numbers": [3, 5], "target": "8"}, {"numbers": "3 5", "target": 8}):
@@ -428,9 +428,9 @@ def test_countdown_steps_reads_the_thinking_segment():
 
 
 def test_new_rewards_registration_and_malformed_samples():
-    assert countdown_numbers_reward.reward_version == "1" and REWARDS["countdown_numbers"] is countdown_numbers_reward
-    assert countdown_steps_reward.reward_version == "1" and REWARDS["countdown_steps"] is countdown_steps_reward
-    assert countdown_reward.reward_version == "1"
+    assert countdown_numbers_reward.reward_version == "2" and REWARDS["countdown_numbers"] is countdown_numbers_reward
+    assert countdown_steps_reward.reward_version == "2" and REWARDS["countdown_steps"] is countdown_steps_reward
+    assert countdown_reward.reward_version == "2"
     for fn in (countdown_numbers_reward, countdown_steps_reward):
         for sample in ({"numbers": [3, 5, 8]}, {"target": 23}, {"numbers": [], "target": 1},
                        {"numbers": [3, True], "target": 1}, {"numbers": [3, 10**7], "target": 1},
@@ -517,7 +517,7 @@ def test_config_specs_with_all_four_dimensions_score_a_matrix():
     assert rewards_NxK.shape == (5, 4) and rewards_NxK.dtype == np.float32
     assert rewards_NxK.tolist() == [[1, 1, 1, 1], [0, 1, 1, 1], [1, 1, 0, 1], [0, 0, 0, 1], [1, 1, 0, 0]]
     assert rewards_NxK[1, :3].sum() == rewards_NxK[2, :3].sum() == 2  # two different failures tie when summed
-    assert infos["versions"] == {"countdown": "1", "countdown_numbers": "1", "countdown_steps": "1", "format": "1"}
+    assert infos["versions"] == {"countdown": "2", "countdown_numbers": "2", "countdown_steps": "2", "format": "2"}
     assert infos["per_response"][2]["countdown_steps"]["reason"] == "wrong_arithmetic"
     with pytest.raises(ValueError, match=r"rewards\.specs\[0\].*unknown kwargs"):
         reward_specs(override(TrainConfig(), ['rewards.specs=[{"name": "countdown_steps", "kwargs": {"x": 1}}]']),

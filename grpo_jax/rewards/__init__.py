@@ -3,6 +3,10 @@
 Each reward is one dimension of the reward matrix R[N, K] built by `evaluate`; see registry.py. Model
 output never makes a reward raise (it scores 0 with a reason); a malformed sample raises an error
 naming the field. Model-written code runs only in the sandbox (sandbox.py), never in this process.
+
+Your own reward is a plain function `fn(completion, **row) -> float | RewardResult` named in rewards.specs by
+import path, `{"name": "my_rewards:brevity"}`, with its version from `@user_reward("1")` or the spec's
+`version` (user.py).
 """
 
 from grpo_jax.rewards.base import MissingFieldError, RewardInputError, RewardResult
@@ -15,6 +19,7 @@ from grpo_jax.rewards.registry import REWARDS, RewardSpec, dimension_names, eval
 from grpo_jax.rewards.sanitize import sanitize_prompt, sanitize_prompts
 from grpo_jax.rewards.science import science_reward
 from grpo_jax.rewards.translation import translation_reward
+from grpo_jax.rewards.user import user_reward
 
 __all__ = [
     "REWARDS",
@@ -39,5 +44,6 @@ __all__ = [
     "science_reward",
     "split_response",
     "translation_reward",
+    "user_reward",
     "weights",
 ]

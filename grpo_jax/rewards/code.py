@@ -26,10 +26,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from grpo_jax.rewards.base import MissingFieldError, RewardInputError, RewardResult, require, reward
-from grpo_jax.rewards.format import split_response
+from grpo_jax.rewards.format import assistant_turn, split_response
 from grpo_jax.rewards.sandbox import Isolation, Limits, SandboxResult, run_program
 
-CODE_VERSION = "3"  # 3: builtin-named functions under test, exceptions that cannot act as control flow, arguments
+CODE_VERSION = "4"  # 4: a think_prefilled row is read as "<think>" + completion (no </think>: no program)
+# 3: builtin-named functions under test, exceptions that cannot act as control flow, arguments
 # changed in place and identity written back, main blocks, stderr, stdin by path, numpy, generators (docs/sandbox.md)
 # 2: the tests run in their own process against plain-data results (nothing the program patches
 # in its own process, builtins, exec or the harness, can make a test pass; see the module docstring)
@@ -143,7 +144,8 @@ def code_reward(
     kind, cases, entry = _cases(sample)
     limits = _limits(wall_s=wall_s, cpu_s=cpu_s, memory_mb=memory_mb, max_processes=max_processes,
                      max_output_bytes=max_output_bytes)  # fmt: skip
-    program = extract_program(split_response(response, think_tag=think_tag, answer_tag=answer_tag).answer)
+    turn = assistant_turn(response, sample, think_tag=think_tag)  # with the prompt's opened <think>
+    program = extract_program(split_response(turn, think_tag=think_tag, answer_tag=answer_tag).answer)
     if not program.strip():
         return RewardResult(0.0, {"reason": "no_program", "cases": len(cases)})
     if len(program) > MAX_PROGRAM_CHARS:

@@ -9,7 +9,9 @@ At equal weight their sum ties different failures (a valid trace with a right-nu
 answer and a correct answer after a broken trace both score 2): that is what a multi-reward
 advantage estimator has to tell apart, and why they are separate dimensions.
 
-The answer is the answer segment of `format.split_response` (as for `math`): the text of the answer
+Every reward reads the whole assistant turn (`format.assistant_turn`: "<think>" in front of the completion
+when the row's prompt opened the think block). The answer is the answer segment of `format.split_response` (as
+for `math`): the text of the answer
 blocks, or with no answer tag the text after `</think>`; an unclosed `<think>` leaves no answer. Text
 outside the answer blocks is ignored here and judged by the `format` reward. Several non-empty answer
 blocks come back joined by line breaks, so a line break in the answer is `multiple_answers`.
@@ -58,11 +60,12 @@ from fractions import Fraction
 from typing import Any, Union
 
 from grpo_jax.rewards.base import RewardInputError, RewardResult, require, reward
-from grpo_jax.rewards.format import split_response
+from grpo_jax.rewards.format import assistant_turn, split_response
 
-COUNTDOWN_VERSION = "1"
-COUNTDOWN_NUMBERS_VERSION = "1"
-COUNTDOWN_STEPS_VERSION = "1"
+# 2: a row with think_prefilled=True is read as "<think>" + completion (`format.assistant_turn`)
+COUNTDOWN_VERSION = "2"
+COUNTDOWN_NUMBERS_VERSION = "2"
+COUNTDOWN_STEPS_VERSION = "2"
 MAX_ANSWER_CHARS = 200  # a 4-number answer is ~15 characters; far longer is no expression of the numbers
 MAX_LITERAL_DIGITS = 6  # a sample's numbers are below 10**6 (checked), so a longer literal is foreign
 MAX_DEPTH = 32  # parenthesis nesting; bounds the parser's recursion
@@ -268,9 +271,10 @@ def check_trace(thought: str, numbers: Sequence[int], first: int | None = None) 
     return {"reason": "ok", "value": next(iter(left_over))}
 
 
-def _answer(response: str, think_tag: str, answer_tag: str) -> str:
-    """The answer segment both answer rewards read (module docstring)."""
-    return split_response(response, think_tag=think_tag, answer_tag=answer_tag).answer.strip()
+def _answer(response: str, sample: Mapping[str, Any], think_tag: str, answer_tag: str) -> str:
+    """The answer segment both answer rewards read (module docstring), of the whole assistant turn."""
+    turn = assistant_turn(response, sample, think_tag=think_tag)
+    return split_response(turn, think_tag=think_tag, answer_tag=answer_tag).answer.strip()
 
 
 @reward("countdown", COUNTDOWN_VERSION)
@@ -281,7 +285,7 @@ def countdown_reward(
     docstring), else 0 with `info["reason"]`: no_answer, too_long, multiple_answers, parse_error,
     unary_minus, too_deep, wrong_numbers, division_by_zero, wrong_value."""
     numbers, target = _sample_problem(sample)
-    segment = _answer(response, think_tag, answer_tag)
+    segment = _answer(response, sample, think_tag, answer_tag)
     if not segment:
         return RewardResult(0.0, {"reason": "no_answer"})
     reason = check_expression(segment, numbers, target)
@@ -297,7 +301,7 @@ def countdown_numbers_reward(
     unary_minus, too_deep, wrong_numbers. Nothing is evaluated, so `8/(3-3)` over 3, 3, 8 scores 1.
     `sample["target"]` is required and checked as for `countdown`, so the three rewards read the same rows."""
     numbers, _ = _sample_problem(sample)
-    segment = _answer(response, think_tag, answer_tag)
+    segment = _answer(response, sample, think_tag, answer_tag)
     if not segment:
         return RewardResult(0.0, {"reason": "no_answer"})
     reason = check_numbers(segment, numbers)
@@ -316,6 +320,7 @@ def countdown_steps_reward(
     if first is not None and (isinstance(first, bool) or not isinstance(first, int) or first < 1):
         raise RewardInputError(f"countdown_steps: first must be a positive int or None, got {first!r}")
     numbers, _ = _sample_problem(sample)
-    thought = split_response(response, think_tag=think_tag, answer_tag=answer_tag).thinking
+    turn = assistant_turn(response, sample, think_tag=think_tag)
+    thought = split_response(turn, think_tag=think_tag, answer_tag=answer_tag).thinking
     info = check_trace(thought, numbers, first)
     return RewardResult(float(info["reason"] == "ok"), info)

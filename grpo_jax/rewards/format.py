@@ -4,6 +4,12 @@ Also `split_response`, the one place that decides which text is "the answer": ev
 (math, science, code, translation) reads only the answer segment, so an answer that appears only inside
 the thinking does not count, and structure is judged separately by `format_reward` as its own reward
 dimension (so a content reward never silently mixes in a format bonus).
+
+A thinking chat template (Qwen3's) ends the rendered prompt with `<think>\n`: the model's completion then
+starts inside the thinking and never contains the opening tag. The data pipeline marks such a row with
+`THINK_PREFILLED` (a bool field); `assistant_turn` puts the prompt's opening tag back in front of the
+completion, so every reward judges the same text, the whole assistant turn. A row without the field is
+scored on the completion as written: a model that omits `<think>` on its own still fails the format.
 """
 
 from __future__ import annotations
@@ -14,7 +20,8 @@ from typing import Any, NamedTuple
 
 from grpo_jax.rewards.base import RewardInputError, RewardResult, reward
 
-FORMAT_VERSION = "1"
+FORMAT_VERSION = "2"  # 2: a row with think_prefilled=True is scored as "<think>" + completion
+THINK_PREFILLED = "think_prefilled"  # row field: the rendered prompt ends with an opened think tag
 
 
 class ResponseParts(NamedTuple):
@@ -28,6 +35,24 @@ def _tags(tag: str) -> tuple[str, str]:
     if not tag or not re.fullmatch(r"[A-Za-z_][\w.-]*", tag):
         raise RewardInputError(f"tag name must be an identifier-like string, got {tag!r}")
     return f"<{tag}>", f"</{tag}>"
+
+
+def think_prefilled(sample: Mapping[str, Any]) -> bool:
+    """Whether the row's prompt opened the think block (`sample[THINK_PREFILLED]`; absent: False).
+
+    Anything but a bool is a data error naming the field: a string "false" read as true would silently
+    change what every reward scores."""
+    value = sample.get(THINK_PREFILLED, False) if isinstance(sample, Mapping) else False
+    if not isinstance(value, bool):
+        raise RewardInputError(f"sample field {THINK_PREFILLED!r} must be true or false, got {value!r:.40}")
+    return value
+
+
+def assistant_turn(response: str, sample: Mapping[str, Any], *, think_tag: str = "think") -> str:
+    """The whole assistant turn of a completion: `<think_tag>` + response when the row's prompt opened the
+    think block (`think_prefilled`), else the response as it is. Rewards read this text, so a completion
+    under a thinking template is judged exactly as the same turn written in full by a model without one."""
+    return _tags(think_tag)[0] + response if think_prefilled(sample) else response
 
 
 def split_response(response: str, *, think_tag: str = "think", answer_tag: str = "answer") -> ResponseParts:
@@ -67,12 +92,18 @@ SEGMENT_KINDS = ("other", "reasoning", "answer")  # codes 0, 1, 2: tags, text ou
 _OTHER, _REASONING, _ANSWER = 0, 1, 2
 
 
-def segment_kinds(response: str, *, think_tag: str = "think", answer_tag: str = "answer") -> bytearray:
+def segment_kinds(
+    response: str, *, think_tag: str = "think", answer_tag: str = "answer", think_prefilled: bool = False
+) -> bytearray:
     """Per character of `response`, its `SEGMENT_KINDS` code: 1 inside the thinking, 2 inside the answer,
     0 for the tags and any other text. The segments are exactly those `split_response` reads (the first
     think block, or all of an unclosed one; the answer blocks after the last `</think>`, or that whole
     region when it has no answer tag), so the entropy of "reasoning" tokens is that of the text a content
-    reward treats as thinking."""
+    reward treats as thinking. With `think_prefilled` (the prompt opened the think block) the segments are
+    those of the whole assistant turn (`assistant_turn`), reported for the response's own characters."""
+    if think_prefilled:
+        opened = _tags(think_tag)[0]
+        return segment_kinds(opened + response, think_tag=think_tag, answer_tag=answer_tag)[len(opened) :]
     think_open, think_close = _tags(think_tag)
     answer_open, answer_close = _tags(answer_tag)
     kinds = bytearray(len(response))
@@ -168,7 +199,10 @@ def format_reward(
     """1 if the response is exactly `<think>T</think>A` (or `…</think><answer>A</answer>`), else 0.
 
     Each tag at most once and in order, T and A non-empty after stripping, and only whitespace outside
-    (before `<think>`, around the answer block). `sample` is unused: format is prompt-independent.
+    (before `<think>`, around the answer block). The text judged is `assistant_turn`: when the sample says
+    the prompt opened `<think>` (`think_prefilled`), "T</think>A" is the full structure; otherwise the
+    sample is not read.
     """
-    reason = check_format(response, think_tag=think_tag, answer_tag=answer_tag, require_answer_tag=require_answer_tag)
+    turn = assistant_turn(response, sample, think_tag=think_tag)
+    reason = check_format(turn, think_tag=think_tag, answer_tag=answer_tag, require_answer_tag=require_answer_tag)
     return RewardResult(1.0 if reason == "ok" else 0.0, {"reason": reason})

@@ -83,11 +83,12 @@ from fractions import Fraction
 from typing import Any, NamedTuple
 
 from grpo_jax.rewards.base import RewardInputError, RewardResult, as_str_list, require, reward
-from grpo_jax.rewards.format import split_response
+from grpo_jax.rewards.format import assistant_turn, split_response
 
-MATH_VERSION = "4"  # 2: written-precision rule, `**`/`^` exponents read whole, unions; 3: values past the
+MATH_VERSION = "5"  # 2: written-precision rule, `**`/`^` exponents read whole, unions; 3: values past the
 # float range compared in mpmath (v2 called 575! equal to any number: inf <= 1e-12 * inf), exact numbers exactly;
-# 4: units compared and converted, % read once, names matched, inequalities as sets, degrees in trig, i, z1
+# 4: units compared and converted, % read once, names matched, inequalities as sets, degrees in trig, i, z1;
+# 5: a think_prefilled row is read as "<think>" + completion (no </think>: all thinking, no answer)
 
 MAX_SYMBOLIC_CHARS = 300  # longer expressions are judged by string/number rules only
 MAX_NUMBER_DIGITS = 400  # longer digit runs are compared as canonical digit strings
@@ -1289,7 +1290,8 @@ def math_reward(
     Numbers are equal by the precision they are written with (module docstring); `rel_tol`, off by
     default, additionally accepts a decimal within that relative distance (version 1 used 1e-4 always)."""
     refs = reference_answers(require(sample, answer_key), answer_key)
-    segment = split_response(response, think_tag=think_tag, answer_tag=answer_tag).answer
+    turn = assistant_turn(response, sample, think_tag=think_tag)  # with the prompt's opened <think>
+    segment = split_response(turn, think_tag=think_tag, answer_tag=answer_tag).answer
     found = extract_answers(segment, fallback_last_number=fallback_last_number)
     info: dict[str, Any] = {"source": found.source, "candidates": [c[:200] if c else c for c in found.candidates[:4]]}
     if not found.candidates:

@@ -5,6 +5,10 @@ The matrix keeps one column per reward dimension and is never pre-summed: how di
 estimator's research question, and a pre-summed scalar would make reward collapse invisible. Weights
 travel alongside (`weights(specs)`) for the estimator to apply.
 
+A spec names a built-in reward (a key of REWARDS) or a researcher's own function by import path,
+`package.module:function` (rewards/user.py): config.json keeps the path, so a resumed run, a rollback or an
+export imports it again exactly as it looks up a built-in.
+
 Sandboxed rewards (code) are submitted to a bounded `SandboxPool` first and the inline rewards are
 computed while those programs run.
 """
@@ -22,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from grpo_jax.config import REWARD_SPEC_FIELDS
+from grpo_jax.importpath import is_import_path
 from grpo_jax.rewards.base import RewardFn, RewardResult
 from grpo_jax.rewards.code import code_reward
 from grpo_jax.rewards.countdown import countdown_numbers_reward, countdown_reward, countdown_steps_reward
@@ -31,6 +36,7 @@ from grpo_jax.rewards.penalties import length_budget, length_penalty, overlong_p
 from grpo_jax.rewards.sandbox import SandboxPool
 from grpo_jax.rewards.science import science_reward
 from grpo_jax.rewards.translation import translation_reward
+from grpo_jax.rewards.user import load_reward
 
 REWARDS: Mapping[str, RewardFn] = MappingProxyType(
     {
@@ -61,11 +67,28 @@ def reward_version(name: str) -> str:
 
 def _known(name: str) -> str:
     if name not in REWARDS:
-        raise ValueError(f"unknown reward {name!r}; known rewards: {', '.join(sorted(REWARDS))}")
+        raise ValueError(f"unknown reward {name!r}; known rewards: {', '.join(sorted(REWARDS))}, or your own "
+                         "function as package.module:function")
     return name
 
 
-def _keyword_params(fn: RewardFn) -> set[str]:
+def reward_fn(name: str) -> RewardFn:
+    """The reward a spec's `name` names: a built-in, or the function at an import path (imported once)."""
+    return load_reward(name) if is_import_path(name) else REWARDS[_known(name)]
+
+
+def spec_version(spec: "RewardSpec") -> str:
+    """The version that scores a dimension: its reward's own, or for a user function that declares none,
+    the spec's `version` (RewardSpec requires one of the two)."""
+    return getattr(reward_fn(spec.name), "reward_version", None) or spec.version  # type: ignore[return-value]
+
+
+def _keyword_params(fn: RewardFn) -> set[str] | None:
+    """The keyword arguments a spec may give `fn`: a built-in's keyword-only parameters, a user function's
+    named parameters (`accepted_kwargs`, set by rewards.user.adapt); None when it takes any (`**row`)."""
+    if hasattr(fn, "accepted_kwargs"):
+        accepted = fn.accepted_kwargs  # type: ignore[attr-defined]
+        return None if accepted is None else set(accepted)
     params = inspect.signature(fn).parameters.values()
     return {p.name for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY}
 
@@ -75,27 +98,36 @@ class RewardSpec:
     """One reward dimension: which reward, its weight (applied later by the advantage estimator), and
     its keyword arguments. Validated at construction so a typo fails at config time, not mid-run."""
 
-    name: str  # a key of REWARDS
+    name: str  # a key of REWARDS, or a function of your own as package.module:function
     weight: float = 1.0  # finite; used by the advantage estimator, never to pre-sum rewards
     kwargs: Mapping[str, Any] = field(default_factory=dict)  # keyword-only arguments of the reward
-    version: str | None = None  # if set, must equal the reward's current version (pins behaviour)
+    version: str | None = None  # if set, must equal the reward's current version (pins behaviour); the version
+    #                               of a user function that declares none
     label: str | None = None  # dimension name; defaults to `name` (set it to use a reward twice)
     when: str | None = None  # another dimension: this one counts only where that one is satisfied (`gate`)
 
     def __post_init__(self) -> None:
-        fn = REWARDS[_known(self.name)]
+        fn = reward_fn(self.name)
         if isinstance(self.weight, bool) or not isinstance(self.weight, (int, float)) or not math.isfinite(self.weight):
             raise ValueError(f"RewardSpec({self.name!r}).weight must be a finite number, got {self.weight!r}")
         if not isinstance(self.kwargs, Mapping) or not all(isinstance(k, str) for k in self.kwargs):
             raise ValueError(f"RewardSpec({self.name!r}).kwargs must be a mapping with string keys")
-        unknown = set(self.kwargs) - _keyword_params(fn)
+        accepted = _keyword_params(fn)
+        unknown = set() if accepted is None else set(self.kwargs) - accepted
         if unknown:
             raise ValueError(
                 f"RewardSpec({self.name!r}) got unknown kwargs {sorted(unknown)}; "
-                f"accepted: {sorted(_keyword_params(fn))}"
+                f"accepted: {sorted(accepted)}"  # type: ignore[arg-type]
             )
-        current = fn.reward_version  # type: ignore[attr-defined]
-        if self.version is not None and self.version != current:
+        current = getattr(fn, "reward_version", None)
+        if self.version is not None and (not isinstance(self.version, str) or not self.version):
+            raise ValueError(f"RewardSpec({self.name!r}).version must be a non-empty string such as \"1\", "
+                             f"got {self.version!r}")
+        if current is None and self.version is None:
+            raise ValueError(f"reward {self.name!r} has no version: decorate it with "
+                             "@grpo_jax.rewards.user_reward(\"1\") or give its spec \"version\": \"1\" (change it "
+                             "whenever its scores change; the run's manifest.json records it)")
+        if current is not None and self.version is not None and self.version != current:
             raise ValueError(f"RewardSpec({self.name!r}) pins version {self.version!r} but the reward is {current!r}")
         if self.label is not None and (not isinstance(self.label, str) or not self.label):
             raise ValueError(f"RewardSpec({self.name!r}).label must be a non-empty string")
@@ -106,7 +138,9 @@ class RewardSpec:
 
     @property
     def dimension(self) -> str:
-        return self.label or self.name
+        """The column name: `label`, else the reward's name (a user function's own name, not its path, so
+        that metric names stay `reward/<name>/...`)."""
+        return self.label or self.name.rpartition(":")[2]
 
 
 # config.REWARD_SPEC_FIELDS names these fields for the checks of a rewards.specs entry (config is built without
@@ -132,9 +166,12 @@ def dimension_names(specs: Sequence[RewardSpec]) -> list[str]:
 
 def describe(specs: Sequence[RewardSpec]) -> list[dict[str, Any]]:
     """What scored a run, one JSON-able record per dimension in column order of R: the dimension, the
-    reward and the version it runs now (not the pin, which may be unset), its weight and kwargs."""
-    return [{"dimension": s.dimension, "name": s.name, "version": reward_version(s.name), "weight": s.weight,
-             "kwargs": dict(s.kwargs), **({"when": s.when} if s.when else {})} for s in specs]
+    reward and the version it runs now (not the pin, which may be unset), its weight and kwargs; for a
+    user function also the file it was imported from."""
+    return [{"dimension": s.dimension, "name": s.name, "version": spec_version(s), "weight": s.weight,
+             "kwargs": dict(s.kwargs), **({"when": s.when} if s.when else {}),
+             **({"file": getattr(reward_fn(s.name), "source_file", None)} if is_import_path(s.name) else {})}
+            for s in specs]
 
 
 def weights(specs: Sequence[RewardSpec]) -> np.ndarray:
@@ -143,7 +180,7 @@ def weights(specs: Sequence[RewardSpec]) -> np.ndarray:
 
 
 def _scorer(spec: RewardSpec) -> Callable[[tuple[str, Mapping[str, Any]]], RewardResult]:
-    fn = REWARDS[spec.name]
+    fn = reward_fn(spec.name)
     kwargs = dict(spec.kwargs)
     return lambda pair: fn(pair[0], pair[1], **kwargs)
 
@@ -209,7 +246,7 @@ def _assemble(
     gate(specs, names, rewards_NxK, per_response)
     infos = {
         "dimensions": names,
-        "versions": {s.dimension: reward_version(s.name) for s in specs},
+        "versions": {s.dimension: spec_version(s) for s in specs},
         "weights": weights(specs).tolist(),
         "time_s": {dim: times[dim] for dim in names},
         "per_response": per_response,
@@ -225,8 +262,8 @@ def gate(specs: Sequence[RewardSpec], names: list[str], rewards_NxK: np.ndarray,
         if spec.when is None:
             continue
         g = names.index(spec.when)
-        top = REWARDS[specs[g].name].score_range[1]  # type: ignore[attr-defined]
+        top = reward_fn(specs[g].name).score_range[1]  # type: ignore[attr-defined]
         unmet = ~(np.nan_to_num(rewards_NxK[:, g], nan=-np.inf) >= top - 1e-6)
         for i in np.flatnonzero(unmet):
             per_response[i][spec.dimension]["ungated"] = float(rewards_NxK[i, k])
-        rewards_NxK[unmet, k] = REWARDS[spec.name].score_range[0]  # type: ignore[attr-defined]
+        rewards_NxK[unmet, k] = reward_fn(spec.name).score_range[0]  # type: ignore[attr-defined]

@@ -10,19 +10,26 @@ always returns what it found so the data pipeline can report it.
 The patterns are deliberately narrow (imperatives *about* instructions, rewards, graders and test
 results) so that ordinary problem text such as "print YES if ...", "ignore leading zeros" or "output
 OK" is left alone.
+
+Cleaning never eats the run's own instructions. An empty tag pair such as "put the number in
+<answer></answer>" (or one holding only "...") names the structure the format reward asks for and plants
+no answer, so it is not a finding; and text the caller passes as `keep` (a configured system prompt, the
+fixed wording a row format wraps around each question) is never rewritten: findings inside it are
+dropped and stripping stops at its edges.
 """
 
 from __future__ import annotations
 
 import bisect
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from grpo_jax.config import SANITIZE_ACTIONS
 
-SANITIZE_VERSION = "2"  # 2: "?" ends a sentence (1 stripped the question before an injection with it)
+SANITIZE_VERSION = "3"  # 2: "?" ends a sentence (1 stripped the question before an injection with it); 3: empty
+# tag pairs are format instructions, not findings, and `keep` text is never rewritten
 ACTIONS = tuple(a for a in SANITIZE_ACTIONS if a != "off")  # config's list; "off" = not called at all
 
 _OVERRIDE = re.compile(
@@ -81,17 +88,23 @@ def _tag_pattern(tags: Iterable[str]) -> re.Pattern[str]:
     return re.compile(rf"(?i)<\s*(/?)\s*({names})\s*>")
 
 
+_PLACEHOLDER = re.compile(r"\s*(?:\.\.\.|\u2026)?\s*")  # what an instruction's tag pair may hold: nothing or "..."
+
+
 def _tag_findings(prompt: str, tags: Iterable[str]) -> list[Finding]:
     """Planted tags. An open tag directly followed by its close is a complete fake block such as
-    `<answer>42</answer>` whose content is a planted answer; every other tag is reported alone.
-    One pass over the tags, so a prompt of thousands of tags stays linear."""
+    `<answer>42</answer>` whose content is a planted answer, unless it holds nothing but whitespace or
+    "..." (`<answer></answer>`): that names the format the rewards ask for and is kept. Every other tag
+    is reported alone. One pass over the tags, so a prompt of thousands of tags stays linear."""
     found = list(_tag_pattern(tags).finditer(prompt))
     findings, i = [], 0
     while i < len(found):
         m = found[i]
         nxt = found[i + 1] if i + 1 < len(found) else None
         is_pair = not m.group(1) and nxt is not None and nxt.group(1) and nxt.group(2).lower() == m.group(2).lower()
-        if is_pair:
+        if is_pair and _PLACEHOLDER.fullmatch(prompt, m.end(), nxt.start()):
+            i += 2  # a format instruction, not a planted answer
+        elif is_pair:
             findings.append(Finding("fake_block", prompt[m.start() : nxt.end()], m.start(), nxt.end()))
             i += 2
         else:
@@ -113,8 +126,41 @@ def find_injections(prompt: str, *, tags: Iterable[str] = ("think", "answer")) -
     return sorted(found, key=lambda f: (f.start, f.end))
 
 
-def _strip_spans(prompt: str, findings: list[Finding]) -> str:
-    """Remove the sentence (or line) around each injection; tags and test output are removed as matched."""
+def kept_spans(prompt: str, keep: Iterable[str]) -> list[tuple[int, int]]:
+    """(start, end) of every occurrence in `prompt` of each non-blank text of `keep`, sorted."""
+    spans = []
+    for text in keep:
+        if not isinstance(text, str):
+            raise TypeError(f"keep must hold strings, got {type(text).__name__}")
+        if not text.strip():
+            continue
+        at = prompt.find(text)
+        while at >= 0:
+            spans.append((at, at + len(text)))
+            at = prompt.find(text, at + len(text))
+    return sorted(spans)
+
+
+def _outside(spans: list[tuple[int, int]], kept: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """`spans` with every part that overlaps a kept span cut out (a span may split in two)."""
+    out = []
+    for start, end in spans:
+        for k_start, k_end in kept:
+            if k_end <= start or k_start >= end:
+                continue
+            if k_start > start:
+                out.append((start, k_start))
+            start = max(start, k_end)
+            if start >= end:
+                break
+        if start < end:
+            out.append((start, end))
+    return out
+
+
+def _strip_spans(prompt: str, findings: list[Finding], kept: Sequence[tuple[int, int]] = ()) -> str:
+    """Remove the sentence (or line) around each injection; tags and test output are removed as matched.
+    Nothing inside a `kept` span is removed, whatever sentence it shares with an injection."""
     stops = [m.start() for m in re.finditer(r"[.!?\n]", prompt)]  # sentence/line ends, found once
     spans = []
     for f in findings:
@@ -127,7 +173,7 @@ def _strip_spans(prompt: str, findings: list[Finding]) -> str:
         end = stops[after] + 1 if after < len(stops) else len(prompt)
         spans.append((start, end))
     out, pos = [], 0
-    for start, end in sorted(spans):
+    for start, end in sorted(_outside(spans, list(kept))):
         if start > pos:
             out.append(prompt[pos:start])
         pos = max(pos, end)
@@ -135,32 +181,40 @@ def _strip_spans(prompt: str, findings: list[Finding]) -> str:
     return re.sub(r"[ \t]{2,}", " ", re.sub(r"\n{3,}", "\n\n", "".join(out))).strip()
 
 
-def sanitize_prompt(prompt: str, *, action: str = "strip", tags: Iterable[str] = ("think", "answer")) -> SanitizeResult:
-    """Detect reward-channel injection in one prompt and strip it, drop the prompt, or just flag it."""
+def sanitize_prompt(
+    prompt: str, *, action: str = "strip", tags: Iterable[str] = ("think", "answer"), keep: Iterable[str] = ()
+) -> SanitizeResult:
+    """Detect reward-channel injection in one prompt and strip it, drop the prompt, or just flag it.
+    `keep`: the run's own instruction texts; a finding inside one of them is none, and stripping never
+    removes any of their characters (module docstring)."""
     if action not in ACTIONS:
         raise ValueError(f"action must be one of {ACTIONS}, got {action!r}")
     if not isinstance(prompt, str):
         raise TypeError(f"prompt must be a string, got {type(prompt).__name__}")
-    findings = find_injections(prompt, tags=tags)
+    kept = kept_spans(prompt, keep)
+    findings = [f for f in find_injections(prompt, tags=tags)
+                if not any(k_start <= f.start and f.end <= k_end for k_start, k_end in kept)]
     if not findings or action == "flag":
         return SanitizeResult(prompt, tuple(findings))
     if action == "drop":
         return SanitizeResult(None, tuple(findings), dropped=True)
-    cleaned = _strip_spans(prompt, findings)
+    cleaned = _strip_spans(prompt, findings, kept)
     if not cleaned:  # nothing but injection: there is no task left to train on
         return SanitizeResult(None, tuple(findings), dropped=True)
     return SanitizeResult(cleaned, tuple(findings))
 
 
 def sanitize_prompts(
-    prompts: Iterable[str], *, action: str = "strip", tags: Iterable[str] = ("think", "answer")
+    prompts: Iterable[str], *, action: str = "strip", tags: Iterable[str] = ("think", "answer"),
+    keep: Iterable[str] = (),
 ) -> tuple[list[str], dict[str, object]]:
     """Sanitise a dataset: (kept prompts, report with counts per finding kind and dropped indices)."""
+    keep = tuple(keep)
     kept: list[str] = []
     counts: dict[str, int] = {}
     dropped, changed = [], []
     for i, prompt in enumerate(prompts):
-        result = sanitize_prompt(prompt, action=action, tags=tuple(tags))
+        result = sanitize_prompt(prompt, action=action, tags=tuple(tags), keep=keep)
         for f in result.findings:
             counts[f.kind] = counts.get(f.kind, 0) + 1
         if result.dropped:

@@ -24,11 +24,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from grpo_jax.rewards.base import RewardInputError, RewardResult, require, reward
-from grpo_jax.rewards.format import split_response
+from grpo_jax.rewards.format import assistant_turn, split_response
 from grpo_jax.rewards.math import boxed_contents, cut_answer_tail
 
-SCIENCE_VERSION = "3"  # 2: "Answer: 6.02*10**23" keeps its power (math.cut_answer_tail dropped every `**` as bold);
-# 3: lower-case and "Option C" letters are options, compound units convert (9800 mm/s^2 is 9.8 m/s^2)
+SCIENCE_VERSION = "4"  # 2: "Answer: 6.02*10**23" keeps its power (math.cut_answer_tail dropped every `**` as bold);
+# 3: lower-case and "Option C" letters are options, compound units convert (9800 mm/s^2 is 9.8 m/s^2);
+# 4: a think_prefilled row is read as "<think>" + completion (no </think>: all thinking, no answer)
 
 _LETTERS = "ABCDEFGHIJ"
 _COMMIT_RE = re.compile(  # bounded look-ahead: linear even on thousands of "Answer:" lines
@@ -254,7 +255,8 @@ def science_reward(
 ) -> RewardResult:
     """1 if the single committed option letter (or number, within tolerance and unit) is right, else 0."""
     reference = require(sample, answer_key, (str, int, float))
-    segment = split_response(response, think_tag=think_tag, answer_tag=answer_tag).answer
+    turn = assistant_turn(response, sample, think_tag=think_tag)  # with the prompt's opened <think>
+    segment = split_response(turn, think_tag=think_tag, answer_tag=answer_tag).answer
     if _is_choice_sample(reference, sample):
         return _choice_result(segment, str(reference), sample, answer_key)
     return _numeric_result(segment, reference, sample, answer_key, rel_tol, require_unit)

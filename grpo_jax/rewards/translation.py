@@ -13,9 +13,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from grpo_jax.rewards.base import RewardInputError, RewardResult, as_str_list, require, reward
-from grpo_jax.rewards.format import split_response
+from grpo_jax.rewards.format import assistant_turn, split_response
 
-TRANSLATION_VERSION = "1"
+TRANSLATION_VERSION = "2"  # 2: a think_prefilled row is read as "<think>" + completion
 MAX_HYPOTHESIS_CHARS = 20_000  # longer answers are truncated before scoring (runaway generations)
 
 
@@ -48,7 +48,8 @@ def translation_reward(
     """Sentence-level `metric` of the answer against `sample[references_key]` (one string or a list)."""
     scorer = _metric(metric, tokenize, lowercase)
     refs = as_str_list(require(sample, references_key), references_key)
-    hypothesis = split_response(response, think_tag=think_tag, answer_tag=answer_tag).answer
+    turn = assistant_turn(response, sample, think_tag=think_tag)  # with the prompt's opened <think>
+    hypothesis = split_response(turn, think_tag=think_tag, answer_tag=answer_tag).answer
     if not hypothesis.strip():
         return RewardResult(0.0, {"reason": "empty_answer", "metric": metric})
     truncated = len(hypothesis) > MAX_HYPOTHESIS_CHARS

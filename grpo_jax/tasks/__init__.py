@@ -9,6 +9,10 @@
 File tasks (`jsonl`, `jsonl_math`) read rows of the formats in `adapters.FORMATS` and score them by the
 format's reward family; `bind_format(task, fmt)` gives them the format their data was read in. The
 synthetic tasks read only native rows (prompt/messages plus their fields) from files.
+
+A task of your own is named by import path, `task.name=my_tasks:MyTask`: a Task object (its dataclass
+fields set by task.options, as for the shipped tasks), or a class or factory called with task.options as
+keyword arguments that returns one.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import dataclasses
 from types import MappingProxyType
 from typing import Any, Mapping
 
+from grpo_jax import importpath
 from grpo_jax.tasks.adapters import FORMATS, NATIVE
 from grpo_jax.tasks.arithmetic import ArithmeticTask
 from grpo_jax.tasks.base import SPLITS, Row, Task, split_of
@@ -35,15 +40,49 @@ SYNTHETIC = ("arithmetic", "translation", "countdown")  # tasks generating their
 NOT_OPTIONS = frozenset({"name", "required_fields", "format"})  # fields task.options may not set (format: task.format)
 
 
+TASK_METHODS = ("generate", "solution", "solutions", "tokenizer", "reward_specs")  # what a Task must have
+
+
 def get_task(name: str, **options: Any) -> Task:
-    """The registered task `name`, with its dataclass fields (e.g. digits, op) overridden by `options`."""
+    """The registered task `name`, with its dataclass fields (e.g. digits, op) overridden by `options`;
+    or the task at the import path `name` (`package.module:attribute`, see the module docstring)."""
+    if importpath.is_import_path(name):
+        return _imported_task(name, options)
     if name not in TASKS:
-        raise ValueError(f"unknown task {name!r}; known tasks: {', '.join(sorted(TASKS))}")
-    fields = {f.name for f in dataclasses.fields(TASKS[name])} - NOT_OPTIONS  # type: ignore[arg-type]
+        raise ValueError(f"unknown task {name!r}; known tasks: {', '.join(sorted(TASKS))}, or your own as "
+                         "package.module:TaskClass")
+    return _with_options(name, TASKS[name], options)
+
+
+def _with_options(name: str, task: Task, options: dict[str, Any]) -> Task:
+    """A Task dataclass with the fields `options` names replaced; an unknown option is an error naming it."""
+    fields = {f.name for f in dataclasses.fields(task)} - NOT_OPTIONS  # type: ignore[arg-type]
     unknown = set(options) - fields
     if unknown:
         raise ValueError(f"task {name!r} got unknown options {sorted(unknown)}; accepted: {sorted(fields)}")
-    return dataclasses.replace(TASKS[name], **options)  # type: ignore[type-var]
+    return dataclasses.replace(task, **options)  # type: ignore[type-var]
+
+
+def _imported_task(path: str, options: dict[str, Any]) -> Task:
+    """The task at an import path: a Task dataclass object takes `options` as its fields; a class or factory
+    is called with them. What comes back must have a Task's methods and a name (errors name the path)."""
+    obj = importpath.load(path)
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        task = _with_options(path, obj, options)  # type: ignore[arg-type]
+    elif callable(obj):
+        try:
+            task = obj(**options)
+        except TypeError as e:
+            raise ValueError(f"task {path!r} cannot take task.options {sorted(options)}: {e}") from None
+    else:
+        raise ValueError(f"task {path!r} is a {type(obj).__name__}, not a task, a task class or a factory")
+    missing = [m for m in TASK_METHODS if not callable(getattr(task, m, None))]
+    missing += [] if isinstance(getattr(task, "name", None), str) else ["name (a string)"]
+    missing += [] if isinstance(getattr(task, "required_fields", None), (tuple, list)) else ["required_fields"]
+    if missing:
+        raise ValueError(f"task {path!r} gave a {type(task).__name__} without a Task's {', '.join(missing)} "
+                         "(grpo_jax.tasks.base.Task lists what a task needs)")
+    return task
 
 
 def row_formats(task: Task) -> tuple[str, ...]:

@@ -26,6 +26,7 @@ Every error is a `RowError` naming the column; the data loader adds the file and
 from __future__ import annotations
 
 import re
+import string
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -252,6 +253,21 @@ FAMILY_REWARDS: Mapping[str, Mapping[str, Any]] = MappingProxyType({
 # The fields each family's reward reads from a native row (besides the prompt): checked when rows are loaded.
 FAMILY_FIELDS: Mapping[str, tuple[str, ...]] = MappingProxyType({
     "math": ("answer",), "code": ("tests",), "mcq": ("answer",), "translation": ("references",)})
+
+
+# The fixed wording each format wraps around a row's own text: the format's instruction, which prompt cleaning
+# (rewards.sanitize) must never rewrite.
+PROMPT_TEMPLATES: Mapping[str, str] = MappingProxyType(
+    {"mbpp": MBPP_PROMPT, "humaneval": HUMANEVAL_PROMPT, "translation": TRANSLATION_PROMPT})
+
+
+def fixed_text(fmt: str) -> tuple[str, ...]:
+    """The literal pieces (between the `{fields}`) of format `fmt`'s prompt template that hold more than
+    whitespace; () for a format that uses the row's text as it is."""
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown row format {fmt!r}; known: {', '.join(FORMATS)}")
+    template = PROMPT_TEMPLATES.get(fmt, "")
+    return tuple(p for p, *_ in string.Formatter().parse(template) if p.strip())
 
 
 def detect_format(row: Any, among: tuple[str, ...] | None = None) -> str:

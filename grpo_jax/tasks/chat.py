@@ -15,6 +15,11 @@ sampler, the warm start and the logs all read `prompt`, and never need to know a
 The system prompt is prepended only to a conversation that has no system turn of its own: a row's own
 system turn wins. A conversation must end with a turn the assistant answers (not with an assistant turn:
 that is usually a supervised row whose answer belongs in `answer`).
+
+A thinking template (Qwen3's) ends the rendered prompt with an opened `<think>`: the completion starts
+inside the thinking and never writes the opening tag. `render` marks such a row `think_prefilled: true`,
+so the rewards judge "<think>" + completion (rewards.format.assistant_turn) instead of failing every
+completion for a tag the prompt already wrote.
 """
 
 from __future__ import annotations
@@ -23,6 +28,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from grpo_jax.config import CHAT_MODES
+from grpo_jax.rewards.format import THINK_PREFILLED
+from grpo_jax.tasks.base import THINK_OPEN
 
 Row = dict[str, Any]
 Turn = dict[str, str]
@@ -65,6 +72,18 @@ def conversation(row: Mapping[str, Any], *, system_prompt: str = "", mode: str =
     return turns
 
 
+def opens_think(prompt: str) -> bool:
+    """Whether a rendered prompt ends with an opened think block (`<think>` then only whitespace), as a
+    thinking template's assistant turn does."""
+    return prompt.rstrip().endswith(THINK_OPEN)
+
+
 def render(row: Row, turns: Sequence[Turn], tokenizer: Any) -> Row:
-    """The row with its conversation under `messages` and the rendered chat (assistant turn open) as `prompt`."""
-    return {**row, "messages": [dict(t) for t in turns], "prompt": tokenizer.render_chat(turns)}
+    """The row with its conversation under `messages` and the rendered chat (assistant turn open) as `prompt`;
+    `think_prefilled: true` when the rendered prompt opened the think block (`opens_think`). A row's own
+    `think_prefilled` is kept when the template does not open one."""
+    prompt = tokenizer.render_chat(turns)
+    out = {**row, "messages": [dict(t) for t in turns], "prompt": prompt}
+    if opens_think(prompt):
+        out[THINK_PREFILLED] = True
+    return out

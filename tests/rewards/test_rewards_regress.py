@@ -60,10 +60,11 @@ def test_stale_version_fails_and_record_updates_it(copied_sets, capsys):
 def test_record_after_a_version_bump(copied_sets, monkeypatch):
     """An intentional change: bump the version, then --record rewrites scores and versions."""
     _rewrite_first(copied_sets / "format.jsonl", expected=0.0)
-    monkeypatch.setattr(REWARDS["format"], "reward_version", "2")
+    bumped = str(int(reward_version("format")) + 1)
+    monkeypatch.setattr(REWARDS["format"], "reward_version", bumped)
     assert regress.main(["--dir", str(copied_sets), "--record"]) == 0
     first = json.loads((copied_sets / "format.jsonl").read_text().splitlines()[0])
-    assert (first["expected"], first["version"]) == (1.0, "2")
+    assert (first["expected"], first["version"]) == (1.0, bumped)
     assert regress.main(["--dir", str(copied_sets)]) == 0
 
 

@@ -1,0 +1,29 @@
+"""Rewards of your own, used without editing grpo_jax: name them in rewards.specs by import path.
+
+    PYTHONPATH=examples python -m grpo_jax.train --smoke --out runs/mine --set 'rewards.specs=[
+        {"name": "math"}, {"name": "my_rewards:brevity", "weight": 0.5, "kwargs": {"budget": 12}},
+        {"name": "my_rewards:contains_answer", "version": "1"}]'
+
+A reward is a plain function, as in TRL: the completion text first, then the row's fields (here the
+arithmetic task's `answer`, `prompt`, ...) and the spec's `kwargs` as keyword arguments; it returns a number
+or a `RewardResult` (a score with the reason in `info`). Its version, recorded in the run's manifest.json,
+comes from `@user_reward("1")` or from the spec's "version": change it whenever a score changes. The path
+stays in config.json, so --resume, --rollback-to and `python -m grpo_jax.export` import it again: keep this
+folder on PYTHONPATH for them too.
+"""
+
+from __future__ import annotations
+
+from grpo_jax.rewards import RewardResult, user_reward
+
+
+@user_reward("1")
+def brevity(completion: str, budget: int = 12, **row) -> float:
+    """1 for an empty completion, falling linearly to 0 at `budget` characters (clamped to [0, 1])."""
+    return 1.0 - len(completion) / budget
+
+
+def contains_answer(completion: str, answer: str) -> RewardResult:
+    """1 when the row's `answer` appears in the completion. It declares no version: its spec gives one."""
+    found = str(answer) in completion
+    return RewardResult(float(found), {"reason": "ok" if found else "answer_absent"})

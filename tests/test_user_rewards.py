@@ -1,0 +1,209 @@
+"""A researcher's own rewards and tasks by import path (examples/my_rewards.py, examples/my_task.py): the
+adapter's guarantees, versions, errors naming the spec and the path, and a real run that trains, resumes,
+rolls back and exports with a reward from outside the package."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from grpo_jax import build, export, train
+from grpo_jax.config import TrainConfig, from_dict, override
+from grpo_jax.rewards import MissingFieldError, RewardInputError, RewardResult
+from grpo_jax.rewards.registry import RewardSpec, describe, evaluate
+from grpo_jax.rewards.user import adapt, user_reward
+from grpo_jax.runlog import read_jsonl
+from grpo_jax.tasks import get_task
+from tests.test_train import tiny_config
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EXAMPLES = os.path.join(ROOT, "examples")
+ROW = {"prompt": "12+30=", "answer": "42", "difficulty": 0}
+
+
+@pytest.fixture(autouse=True)
+def examples_on_path(monkeypatch):
+    """The example modules are outside the package: importable only with their folder on sys.path."""
+    monkeypatch.syspath_prepend(EXAMPLES)
+
+
+def test_a_plain_function_gets_the_completion_the_row_fields_and_its_spec_kwargs():
+    seen = {}
+
+    def scorer(completion, answer, scale=1.0):  # names two of the row's fields' worth: only `answer` is passed
+        seen.update(completion=completion, answer=answer, scale=scale)
+        return scale * (answer in completion)
+
+    fn = adapt(user_reward("3")(scorer), "mod:scorer")
+    result = fn("it is 42", ROW, scale=0.5)
+    assert result.score == 0.5 and result.info["reason"] == "ok"
+    assert seen == {"completion": "it is 42", "answer": "42", "scale": 0.5}
+    assert fn.reward_version == "3" and fn.accepted_kwargs == {"answer", "scale"}
+
+    everything = adapt(lambda completion, **row: float(sorted(row) == ["answer", "difficulty", "prompt"]), "m:f")
+    assert everything("x", ROW).score == 1.0 and everything.accepted_kwargs is None  # **row: every field
+
+
+def test_model_output_never_raises_a_bad_row_does_and_scores_are_bounded():
+    def fragile(completion, answer):
+        return 1.0 / (len(completion) - 3)  # ZeroDivisionError on a 3-character completion
+
+    fn = adapt(fragile, "mod:fragile")
+    broken = fn("abc", ROW)
+    assert broken.score == 0.0 and broken.info["reason"] == "internal_error" and "ZeroDivision" in broken.info["error"]
+    assert fn("abcd", ROW).score == 1.0
+    over = fn("abcd" + "", {"answer": "1"})  # 1.0: in range, no note
+    assert "unclamped" not in over.info
+    assert fn("ab", ROW).score == 0.0 and fn("ab", ROW).info["unclamped"] == -1.0  # -1 clamped to [0, 1], noted
+    assert fn(None, ROW).info["reason"] == "response_not_a_string"
+    odd = adapt(lambda completion, **row: "yes", "mod:odd")("x", ROW)  # not a number: that completion scores 0
+    assert odd.score == 0.0 and "must return a number or a RewardResult" in odd.info["error"]
+    nan = adapt(lambda completion, **row: float("nan"), "mod:nan")("x", ROW)
+    assert nan.score == 0.0
+    wide = adapt(user_reward("1", lo=-1.0, hi=0.0)(lambda completion, **row: -0.25), "mod:penalty")
+    assert wide("x", ROW).score == -0.25 and wide.score_range == (-1.0, 0.0)
+    with pytest.raises(MissingFieldError, match=r"reward 'mod:fragile' takes \['answer'\], which the row does not"):
+        fn("abcd", {"prompt": "1+1="})  # a data bug: stops the run
+    with pytest.raises(RewardInputError, match=r"keyword arguments \['answer'\] of its spec are also fields"):
+        adapt(lambda completion, **row: 1.0, "mod:f")("x", ROW, answer="7")
+
+    def strict(completion, answer):
+        raise RewardInputError("the user's own check of its row")
+
+    with pytest.raises(RewardInputError, match="the user's own check"):
+        adapt(strict, "mod:strict")("x", ROW)
+
+
+def _specs(*entries):
+    cfg = override(TrainConfig(), ["rewards.specs=" + json.dumps(list(entries))])
+    return build.reward_specs(cfg, get_task("arithmetic"))
+
+
+def test_the_version_comes_from_the_decorator_or_the_spec_and_one_of_them_is_required():
+    specs = _specs({"name": "my_rewards:brevity", "kwargs": {"budget": 8}},
+                   {"name": "my_rewards:contains_answer", "version": "7"})
+    assert [(d["dimension"], d["name"], d["version"]) for d in describe(specs)] == [
+        ("brevity", "my_rewards:brevity", "1"), ("contains_answer", "my_rewards:contains_answer", "7")]
+    assert describe(specs)[0]["file"] == os.path.join(EXAMPLES, "my_rewards.py")
+    rewards, infos = evaluate(specs, ["", "42 is it"], [ROW, ROW])
+    np.testing.assert_allclose(rewards, [[1.0, 0.0], [0.0, 1.0]])
+    assert infos["versions"] == {"brevity": "1", "contains_answer": "7"}
+    with pytest.raises(ValueError, match=r"rewards\.specs\[0\] = .*: reward 'my_rewards:contains_answer' has no "
+                                         r"version: decorate it with @grpo_jax\.rewards\.user_reward"):
+        _specs({"name": "my_rewards:contains_answer"})
+    with pytest.raises(ValueError, match=r"rewards\.specs\[0\] = .*pins version '2' but the reward is '1'"):
+        _specs({"name": "my_rewards:brevity", "version": "2"})
+    with pytest.raises(ValueError, match=r"rewards\.specs\[0\] = .*unknown kwargs \['budgt'\]; accepted: \['answer'\]"):
+        _specs({"name": "my_rewards:contains_answer", "version": "1", "kwargs": {"budgt": 3}})
+
+
+@pytest.mark.parametrize("name, words", [
+    ("no_such_module:brevity", r"'no_such_module:brevity': no module named 'no_such_module' on the Python path"),
+    ("my_rewards:brevty", r"'my_rewards:brevty': 'my_rewards' has no attribute 'brevty'"),
+    ("my_rewards:RewardResult.nope", r"'my_rewards:RewardResult\.nope': 'my_rewards:RewardResult' has no attribute"),
+    ("my_rewards:", r"'my_rewards:' is not an import path of the form package\.module:function"),
+])
+def test_an_unknown_module_or_attribute_is_one_line_naming_the_spec_and_the_path(name, words):
+    with pytest.raises(ValueError) as e:
+        _specs({"name": "math"}, {"name": name, "version": "1"})
+    message = str(e.value)
+    assert "\n" not in message and message.startswith("rewards.specs[1] = "), message
+    assert __import__("re").search(words, message), message
+
+
+def test_a_module_that_fails_to_import_or_a_name_that_is_no_reward_is_one_line(tmp_path, monkeypatch):
+    (tmp_path / "broken_rewards.py").write_text("import definitely_not_installed_pkg\n")
+    (tmp_path / "odd_rewards.py").write_text("LIMIT = 3\n\ndef nothing():\n    return 1.0\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name, words in (
+            ("broken_rewards:f", r"importing module 'broken_rewards' failed: ModuleNotFoundError: .*definitely_not"),
+            ("odd_rewards:LIMIT", r"'odd_rewards:LIMIT' is a int, not a reward function"),
+            ("odd_rewards:nothing", r"'odd_rewards:nothing' must take the completion text as its first argument")):
+        with pytest.raises(ValueError, match=r"rewards\.specs\[0\] = .*" + words) as e:
+            _specs({"name": name, "version": "1"})
+        assert "\n" not in str(e.value)
+
+
+def test_a_task_by_import_path_takes_its_options():
+    task = get_task("my_task:subtraction", digits=2)
+    assert task.name == "subtraction" and task.digits == 2
+    rows = task.generate("train", 4, seed=0)
+    assert all(r["op"] == "-" and len(r["prompt"]) == 6 for r in rows)
+    with pytest.raises(ValueError, match=r"task 'my_task:subtraction' cannot take task.options \['digts'\]"):
+        get_task("my_task:subtraction", digts=2)
+    with pytest.raises(ValueError, match=r"'my_task:nope': 'my_task' has no attribute 'nope'"):
+        get_task("my_task:nope")
+    with pytest.raises(ValueError, match=r"task 'my_rewards:brevity' gave a float without a Task's generate"):
+        get_task("my_rewards:brevity", completion="x")
+    with pytest.raises(ValueError, match=r"unknown task 'arithmetc'; .*or your own as package\.module:TaskClass"):
+        get_task("arithmetc")
+
+
+USER_SPECS = [{"name": "math", "weight": 1.0}, {"name": "my_rewards:brevity", "weight": 1.0, "kwargs": {"budget": 12}},
+              {"name": "my_rewards:contains_answer", "weight": 0.1, "version": "1"}]
+
+
+@pytest.mark.slow
+def test_a_run_with_a_user_reward_trains_resumes_rolls_back_and_exports(tmp_path):
+    out = str(tmp_path / "run")
+    cfg = tiny_config("steps=2", "task.name=my_task:subtraction", "task.options.digits=2",
+                      "rewards.specs=" + json.dumps(USER_SPECS))
+    train.Trainer(cfg, out, quiet=True).run()
+    rows = read_jsonl(os.path.join(out, "metrics.jsonl"))
+    assert [r["step"] for r in rows] == [1, 2]
+    # brevity differs between completions of one prompt that stop at different lengths: a real gradient
+    assert all(np.isfinite(r["grad_norm"]) and r["grad_norm"] > 0 for r in rows), [r["grad_norm"] for r in rows]
+    assert all("reward/brevity/mean" in r for r in rows)
+
+    # the import paths live in config.json: a run rebuilt from it alone resumes, as a fresh process would
+    saved = from_dict(TrainConfig, json.load(open(os.path.join(out, "config.json"))))
+    assert saved.task.name == "my_task:subtraction" and saved.rewards.specs[1]["name"] == "my_rewards:brevity"
+    resumed = train.Trainer(override(saved, ["steps=3"]), out, resume=True, quiet=True)
+    assert resumed.step == 2
+    resumed.run()
+    assert [r["step"] for r in read_jsonl(os.path.join(out, "metrics.jsonl"))] == [1, 2, 3]
+
+    manifest = json.load(open(os.path.join(out, "manifest.json")))
+    for record in (manifest, manifest["previous_starts"][0]):  # the resumed start and the first one
+        rewards = {r["name"]: r for r in record["rewards"]}
+        assert rewards["my_rewards:brevity"]["version"] == "1" and rewards["my_rewards:brevity"]["dimension"] == "brevity"
+        assert rewards["my_rewards:contains_answer"]["version"] == "1"
+        assert record["regression"]["my_rewards:brevity"]["status"] == "no cases"
+    assert manifest["start_step"] == 2
+
+    info = export.main([out, str(tmp_path / "hf")])  # rebuilds the task's tokenizer from its import path
+    assert info["step"] == 3 and os.path.exists(os.path.join(tmp_path, "hf", "config.json"))
+    rolled = train.Trainer(override(saved, ["steps=3"]), out, rollback_to=1, quiet=True)
+    rolled.release_lock()
+    assert rolled.step == 1
+    manifest = json.load(open(os.path.join(out, "manifest.json")))
+    assert manifest["start_step"] == 1 and len(manifest["previous_starts"]) == 2
+    assert {r["name"]: r["version"] for r in manifest["rewards"]}["my_rewards:brevity"] == "1"
+
+
+def test_a_user_reward_module_is_imported_again_by_a_fresh_process(tmp_path):
+    """What resume, rollback and export rely on: a new process rebuilds the specs from config.json alone."""
+    cfg = override(TrainConfig(), ["rewards.specs=" + json.dumps(USER_SPECS)])
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(__import__("grpo_jax.config", fromlist=["to_dict"]).to_dict(cfg)))
+    code = textwrap.dedent(f"""
+        import json
+        from grpo_jax import build
+        from grpo_jax.config import TrainConfig, from_dict
+        from grpo_jax.rewards.registry import describe
+        from grpo_jax.tasks import get_task
+        cfg = from_dict(TrainConfig, json.load(open({str(path)!r})))
+        print(json.dumps([(d["name"], d["version"]) for d in describe(build.reward_specs(cfg, get_task("arithmetic")))]))
+    """)
+    import subprocess
+
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([EXAMPLES, ROOT]))
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == [
+        ["math", "5"], ["my_rewards:brevity", "1"], ["my_rewards:contains_answer", "1"]]
