@@ -25,6 +25,7 @@ import os
 import numpy as np
 
 from grpo_jax import presets
+from grpo_jax.cli import for_people
 from grpo_jax.config import TrainConfig, override
 from grpo_jax.study import RECOMPUTE, Arm, last_mean, launch, plot_curves, warm_start_note, write_study
 
@@ -61,6 +62,7 @@ def summarize(rows: list[dict]) -> dict:
             "is_weight": _over_run(rows, "is_weight")}
 
 
+@for_people
 def main(argv=None) -> dict:
     run = launch(argv, doc=__doc__, get_config=get_config, arms=ARMS,
                  default_out="runs/bf16_gap", summarize=summarize,

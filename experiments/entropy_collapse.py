@@ -38,6 +38,7 @@ import os
 import numpy as np
 
 from grpo_jax import presets
+from grpo_jax.cli import for_people
 from grpo_jax.config import TrainConfig, override
 from grpo_jax.study import Arm, compare_seeds, launch, plot_curves, warm_start_note, write_study
 
@@ -171,6 +172,7 @@ def verdict(results: dict, passk: dict, greedy: dict) -> dict:
     return out
 
 
+@for_people
 def main(argv=None) -> dict:
     run = launch(argv, doc=__doc__, get_config=get_config, arms=ARMS, smoke_arms=SMOKE_ARMS,
                  default_out="runs/entropy_collapse", summarize=summarize, warm=presets.COUNTDOWN_SFT,

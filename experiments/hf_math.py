@@ -1,15 +1,18 @@
-"""GRPO from a local Hugging Face checkpoint on a local maths dataset (math + format rewards), on one CPU,
-a GPU host or a TPU pod: the mesh and multi-host settings are ordinary config fields.
+"""GRPO from a local Hugging Face checkpoint on a local dataset of any supported format (maths, code, multiple
+choice, translation, native rows; the rewards follow the format), on one CPU, a GPU host or a TPU pod: the
+mesh and multi-host settings are ordinary config fields.
 
     python experiments/hf_math.py --set model.hf_path=/ckpt/Qwen2.5-0.5B-Instruct \
         --set task.train_path=/data/gsm8k/train.jsonl --set task.eval_path=/data/gsm8k/test.jsonl --out runs/hf_math
     python experiments/hf_math.py --smoke   # a tiny random Qwen3 + a BPE tokenizer with a chat template, LoRA, 2 steps
 
 The files may be GSM8K ({"question", "answer": "... #### 42"}), MATH ({"problem", "solution"} with \\boxed{}),
-or native rows ({"prompt" | "messages", "answer"}); the format is detected from the columns (task.format
-sets it). Every prompt is rendered with the checkpoint's chat template (task.chat=always) after
-task.system_prompt; prompts are cleaned of reward-channel injection (task.sanitize). The tokenizer is read
-from the checkpoint folder unless task.options gives another `tokenizer_path`. Nothing is fetched from a hub.
+native rows ({"prompt" | "messages", "answer"}) or any other format of grpo_jax.tasks.adapters (MBPP,
+HumanEval, multiple choice, ARC, translation, WMT); the format is detected from the columns (task.format sets
+it) and gives the correctness reward (task `jsonl`; `--set task.name=jsonl_math` refuses non-maths rows).
+Every prompt is rendered with the checkpoint's chat template (task.chat=always) after task.system_prompt;
+prompts are cleaned of reward-channel injection (task.sanitize). The tokenizer is read from the checkpoint
+folder unless task.options gives another `tokenizer_path`. Nothing is fetched from a hub.
 Add `--set lora.rank=16` to train LoRA adapters instead of every weight, and `--set checkpoint.export_hf=true`
 to write the trained policy as a transformers checkpoint to <out>/hf (or later: python -m grpo_jax.export).
 
@@ -33,7 +36,7 @@ import tokenizers
 import transformers
 from tokenizers import decoders, models, pre_tokenizers, trainers
 
-from grpo_jax.cli import parse_args
+from grpo_jax.cli import for_people, parse_args
 from grpo_jax.config import TrainConfig, override
 from grpo_jax.tokenizer import TAGS
 from grpo_jax.train import Trainer
@@ -54,7 +57,7 @@ def get_config(smoke: bool = False) -> TrainConfig:
     """python experiments/hf_math.py --set model.hf_path=DIR --set task.train_path=FILE [--set KEY=VALUE ...]
     (or --smoke)"""
     return override(TrainConfig(), [
-        "task.name=jsonl_math", "task.chat=always", f"task.system_prompt={SYSTEM_PROMPT}", "steps=200",
+        "task.name=jsonl", "task.chat=always", f"task.system_prompt={SYSTEM_PROMPT}", "steps=200",
         "prompts_per_step=16", "sampling.group_size=8", "sampling.max_new_tokens=512", "optim.lr=1e-6",
         "loss.beta=0.04", "task.n_eval=200", "logging.eval_every=50", "checkpoint.every=50",
     ] + (["steps=2", "prompts_per_step=2", "sampling.group_size=4", "sampling.max_new_tokens=8",
@@ -115,9 +118,26 @@ def make_smoke_assets(folder: str) -> dict[str, str]:
     return paths
 
 
+def keep_saved_task(cfg: TrainConfig, out: str, overrides: list[str]) -> TrainConfig:
+    """`cfg` with task.name=jsonl_math when resuming a run folder made while that was this launcher's default
+    (its config.json says so) and --set task.name was not given: resuming refuses a changed task.name, and
+    jsonl_math reads maths rows exactly as jsonl does."""
+    if any(o.split("=", 1)[0].strip() == "task.name" for o in overrides):
+        return cfg
+    try:
+        with open(os.path.join(out, "config.json"), encoding="utf-8") as f:
+            saved = json.load(f)["task"]["name"]
+    except (OSError, ValueError, KeyError, TypeError):  # no run there (yet), or not a run's config
+        return cfg
+    return override(cfg, ["task.name=jsonl_math"]) if saved == "jsonl_math" else cfg
+
+
+@for_people
 def main(argv=None) -> dict:
     args, cfg = parse_args(argv, description=__doc__, get_config=get_config)
     out = args.out if args.out != "runs/grpo" else "runs/hf_math"
+    if args.resume and not args.config:
+        cfg = keep_saved_task(cfg, out, args.overrides)
     if args.smoke:  # the assets live in the run folder, so --resume and grpo_jax.export find them again
         p = make_smoke_assets(os.path.join(out, "smoke_assets"))
         cfg = override(cfg, [f"model.hf_path={p['ckpt']}", f"task.train_path={p['train']}",
@@ -129,7 +149,7 @@ def main(argv=None) -> dict:
         cfg = override(cfg, ["task.options=" + json.dumps(sorted(options.items()))])
     trainer = Trainer(cfg, out, resume=args.resume, quiet=args.quiet)
     summary = trainer.run()
-    trainer.report(summary, title="GRPO from a Hugging Face checkpoint on local maths data")
+    trainer.report(summary, title="GRPO from a Hugging Face checkpoint on local data")
     print(json.dumps(summary))
     return summary
 

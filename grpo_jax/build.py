@@ -4,6 +4,7 @@ checkpoint's shapes) and the offline tools, so none of them needs the training l
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 
@@ -11,7 +12,9 @@ import jax
 
 import models
 from grpo_jax import rewards as rewards_lib
-from grpo_jax.config import TrainConfig
+from grpo_jax.config import UserError
+from grpo_jax.cli import one_line
+from grpo_jax.config import LoraConfig, TrainConfig
 from models.config import ModelConfig
 
 
@@ -22,7 +25,11 @@ def build_model(cfg: TrainConfig, vocab_size: int, key: jax.Array, *, tokenizer_
     out-of-range ids in the lookup and the run would train silently on the wrong tokens."""
     spec = cfg.model
     if spec.hf_path:
-        model_cfg, params = models.load_hf(spec.hf_path, param_dtype=spec.param_dtype, dtype=spec.dtype)
+        check_model_folder(cfg)
+        try:
+            model_cfg, params = models.load_hf(spec.hf_path, param_dtype=spec.param_dtype, dtype=spec.dtype)
+        except (OSError, models.hf.CheckpointError) as e:  # a missing config.json, a bad tensor: name the key
+            raise UserError(f"model.hf_path={spec.hf_path!r}: {one_line(e)}") from e
         model_cfg = model_cfg.replace(remat=spec.remat)  # a training choice, not in the HF config
         if model_cfg.vocab_size < vocab_size:
             raise ValueError(
@@ -35,6 +42,30 @@ def build_model(cfg: TrainConfig, vocab_size: int, key: jax.Array, *, tokenizer_
         return model_cfg, params
     model_cfg = preset_config(spec, vocab_size)
     return model_cfg, models.init_params(model_cfg, key)
+
+
+def check_model_folder(cfg: TrainConfig) -> None:
+    """Refuse a model.hf_path that is not an existing local folder, naming the key: checked before anything
+    reads the folder (the task's tokenizer often comes from it, and would name only itself)."""
+    path = cfg.model.hf_path
+    if path and not os.path.isdir(path):
+        what = "is a file, not a folder" if os.path.exists(path) else "no such folder"
+        raise UserError(f"model.hf_path={path!r}: {what}; set it to a local Hugging Face checkpoint folder "
+                        "(config.json + *.safetensors; hub ids are not fetched)")
+
+
+def lora_note(cfg: TrainConfig) -> str | None:
+    """"LoRA off: full fine-tuning ..." when lora.rank is 0 but another lora setting differs from its default
+    (someone asked for LoRA and would otherwise train every weight without a word); None otherwise, so a run
+    that never mentions LoRA stays quiet."""
+    if cfg.lora.rank:
+        return None
+    changed = [f"lora.{f.name}" for f in dataclasses.fields(LoraConfig)
+               if f.name != "rank" and getattr(cfg.lora, f.name) != getattr(LoraConfig(), f.name)]
+    if not changed:
+        return None
+    return (f"LoRA off: full fine-tuning (lora.rank=0 trains every weight; {', '.join(changed)} "
+            "unused); set lora.rank > 0 (e.g. --set lora.rank=16) to train adapters")
 
 
 def preset_config(spec, vocab_size: int) -> ModelConfig:

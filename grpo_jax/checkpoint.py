@@ -41,11 +41,13 @@ import numpy as np
 import orbax.checkpoint as ocp
 from jax.experimental import multihost_utils
 
+from grpo_jax.config import UserError
+
 _FORMAT = 1
 _STATE, _META, _RECORD = "state", "meta", "record"
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(UserError, RuntimeError):
     """A bad checkpoint directory, step or resume; the message names which and what is wrong."""
 
 

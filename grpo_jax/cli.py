@@ -1,13 +1,67 @@
 """The command line every launcher shares (`python -m grpo_jax.train`, `experiments/*.py`): --out, --seed,
 --smoke, --config, --set key=value ..., --resume, --rollback-to, and the studies' --seeds / --arms / --jobs /
---summarize-only."""
+--summarize-only, --debug.
+
+Errors for people: `for_people(main)` runs a command-line main so that a mistake in the user's config, data
+or folders (`user_error_types`) ends the process with one line, "error: <what and where; what to do>",
+instead of a traceback after seconds of imports. `--debug` or GRPO_JAX_DEBUG=1 shows the full traceback;
+any other exception (a bug) always does. The line says so, since a ValueError may also come from a bug."""
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
+import os
+import sys
+from collections.abc import Callable, Sequence
 
-from grpo_jax.config import TrainConfig, from_dict, override
+from grpo_jax.config import TrainConfig, UserError, from_dict, override  # UserError: re-exported here
+
+DEBUG_ENV = "GRPO_JAX_DEBUG"  # =1: tracebacks for user errors too (as --debug)
+
+
+def user_error_types() -> tuple[type[BaseException], ...]:
+    """The exceptions a command line reports as one line: bad values (ValueError: config, data rows, rewards'
+    inputs, HF checkpoints, and `UserError`, which grpo_jax.checkpoint.CheckpointError is too) and missing or
+    unreadable files and folders (OSError)."""
+    return (ValueError, OSError)
+
+
+def debug_requested(argv: Sequence[str] | None = None, environ=None) -> bool:
+    """Whether the user asked for tracebacks: --debug among the arguments (sys.argv's when argv is None) or
+    GRPO_JAX_DEBUG set to anything but "", "0", "false" or "no"."""
+    args = sys.argv[1:] if argv is None else list(argv)
+    value = (os.environ if environ is None else environ).get(DEBUG_ENV, "")
+    return "--debug" in args or value.strip().lower() not in ("", "0", "false", "no")
+
+
+def one_line(error: BaseException) -> str:
+    """The error's message on one line (runs of whitespace, newlines included, become one space); an error
+    without a message is named by its type, and an OSError of one file reads "FILE: reason" (not "[Errno 2]
+    ...")."""
+    text = " ".join(str(error).split())
+    if isinstance(error, KeyError) and error.args:  # str(KeyError) is the quoted key
+        text = " ".join(str(error.args[0]).split())
+    if isinstance(error, OSError) and error.filename and error.strerror:
+        text = f"{error.filename}: {error.strerror}"
+    return text or type(error).__name__
+
+
+def for_people(main: Callable) -> Callable:
+    """`main(argv=None)` that ends with SystemExit("error: <one line>") on a user error (`user_error_types`)
+    unless debug is asked for (`debug_requested`); other exceptions propagate with their traceback."""
+
+    @functools.wraps(main)
+    def wrapped(argv=None, *args, **kwargs):
+        try:
+            return main(argv, *args, **kwargs)
+        except user_error_types() as e:
+            if debug_requested(argv):
+                raise
+            raise SystemExit(f"error: {one_line(e)} (--debug or {DEBUG_ENV}=1 shows the traceback)") from None
+
+    return wrapped
 
 
 def load_config(path: str) -> TrainConfig:
@@ -30,7 +84,7 @@ def load_config(path: str) -> TrainConfig:
 
 
 def parse_args(argv=None, *, description: str = "", get_config=None):
-    """The CLI every experiment shares: --out, --seed, --smoke, --set key=value ..., --resume, --config.
+    """The CLI every experiment shares: --out, --seed, --smoke, --set key=value ..., --resume, --config, --debug.
 
     get_config(smoke: bool) -> TrainConfig supplies the experiment's defaults (TrainConfig() if None)."""
     ap = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -45,6 +99,8 @@ def parse_args(argv=None, *, description: str = "", get_config=None):
                     help="restart from the kept checkpoint at STEP (with --set overrides); the run log marks the "
                          "branch and the abandoned checkpoints/logs are archived under --out/branches/")
     ap.add_argument("--quiet", action="store_true", help="no progress bar")
+    ap.add_argument("--debug", action="store_true",
+                    help=f"show the full traceback of a config, data or folder error (also: {DEBUG_ENV}=1)")
     ap.add_argument("--seeds", default=None, metavar="S1,S2,...",
                     help="studies only: the seeds to train (default: --seed and the next two)")
     ap.add_argument("--warm-seed", type=int, default=None, metavar="W",

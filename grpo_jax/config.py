@@ -55,7 +55,7 @@ AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mea
 KL_ESTIMATORS = ("k1", "k2", "k3")
 # Row formats of data files: "auto", then the keys of grpo_jax.tasks.adapters.FORMATS (columns and native rows:
 # its module docstring) in detection order: "auto" takes the first of them whose columns a row has.
-ROW_FORMATS = ("auto", "humaneval", "mbpp", "mcq", "gsm8k", "math", "translation", "prompt_answer")
+ROW_FORMATS = ("auto", "humaneval", "mbpp", "mcq", "arc", "gsm8k", "math", "translation", "wmt", "prompt_answer")
 CHAT_MODES = ("auto", "always", "never")  # which rows get the chat template (grpo_jax.tasks.chat reads this)
 # Prompt cleaning: grpo_jax.rewards.sanitize.ACTIONS is this list without "off" (no cleaning at all).
 SANITIZE_ACTIONS = ("strip", "drop", "flag", "off")
@@ -71,6 +71,12 @@ _LOSS_EPS = {
     "dppo_tv": (0.2, 0.2),  # binary-TV trust region delta (prime-rl dppo_mask_low / dppo_mask_high defaults)
     "dppo_kl": (0.2, 0.2),  # binary-KL trust region delta (verl dppo_kl reads the same clip_ratio_low / _high)
 }
+
+
+class UserError(ValueError):
+    """A problem in the user's config, data or folders; the message names the key, file, row or folder and
+    says what to do (a command line prints it as one line: `cli.for_people`). A ValueError, so code that
+    catches those keeps working."""
 
 
 def _fail(cls: str, field: str, msg: str) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
@@ -247,6 +248,41 @@ def filter_by_pass_rate(rows: Sequence[Row], lo: float, hi: float) -> tuple[list
 
 # ------------------------------------------------------------------------- a task's rows from files
 
+PARQUET_MAGIC = b"PAR1"  # the first (and last) four bytes of every Parquet file
+
+
+def is_parquet(path: str | Path) -> bool:
+    """Whether `path` is a Parquet file: its .parquet suffix or its magic bytes (a renamed file too)."""
+    if str(path).lower().endswith(".parquet"):
+        return True
+    try:
+        with open(path, "rb") as f:
+            return f.read(len(PARQUET_MAGIC)) == PARQUET_MAGIC
+    except OSError:
+        return False
+
+
+def parquet_conversion(path: str | Path) -> str:
+    """A shell one-liner that writes `path`'s rows as JSONL beside it (pandas with pyarrow)."""
+    target = str(Path(path).with_suffix(".jsonl"))
+    return (f"python -c \"import pandas as pd; pd.read_parquet({str(path)!r}).to_json({target!r}, orient='records', "
+            "lines=True, force_ascii=False)\"")
+
+
+def check_data_file(path: str, setting: str) -> None:
+    """Refuse, naming the config key, a data path that is not a readable JSONL file: a missing path (a typo
+    would otherwise be a bare FileNotFoundError), a folder, or a Parquet file (which would read as "not
+    UTF-8"); the Parquet message gives the conversion command."""
+    if not os.path.exists(path):
+        raise DataError(f"{setting}={path!r}: no such file; set {setting} to an existing JSONL file "
+                        "(one JSON object per line)")
+    if os.path.isdir(path):
+        raise DataError(f"{setting}={path!r} is a folder; set {setting} to a JSONL file in it")
+    if is_parquet(path):
+        raise DataError(f"{setting}={path!r} is a Parquet file, which is not read; convert it to JSONL with "
+                        f"{parquet_conversion(path)} and set {setting} to the .jsonl file")
+
+
 def _no_rows(path: str, setting: str, task, hint: str = "") -> DataError:
     return DataError(f"{path}: no rows (the file is empty or blank); {setting} must name a JSONL file with one "
                      f"JSON object per line, fields {list(task.required_fields)}{hint}")
@@ -373,6 +409,7 @@ def prepare_file(path: str, setting: str, task, cfg: TaskConfig, tokenizer: Toke
     dropped it), and a report (format, cleaning). A ready row is adapted from the file's format
     (tasks.adapters), checked for the fields the task's reward reads, cleaned of prompt injection
     (`action`), and rendered with the chat template where task.chat says. Errors name the file and line."""
+    check_data_file(path, setting)
     lines = read_jsonl(path)
     if not lines:
         raise _no_rows(path, setting, task, " (or set task.n_eval=0 to evaluate nothing)" if "eval" in setting else "")
@@ -385,7 +422,7 @@ def prepare_file(path: str, setting: str, task, cfg: TaskConfig, tokenizer: Toke
     for lineno, raw in lines:
         place = f"{path}:{lineno}"
         try:
-            row = adapters.adapt_row(raw, fmt)
+            row = adapters.adapt_row(raw, fmt, tasks_lib.row_options(task))
         except adapters.RowError as e:
             raise DataError(f"{place}: {e}") from None
         problem = check_row(row, [f for f in required if not (f == "prompt" and "messages" in row)])

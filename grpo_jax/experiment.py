@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 
 from grpo_jax import monitor, runlog
-from grpo_jax.cli import parse_args
+from grpo_jax.cli import for_people, parse_args
 from grpo_jax.sft import warm_start
 from grpo_jax.train import Trainer, open_trainer
 
@@ -63,6 +63,7 @@ class Spec:
     caveat: str = ""  # a report section under that heading when not empty
 
 
+@for_people
 def run(argv, *, doc: str, get_config, spec: Spec, clock: Clock) -> dict:
     """Parse the command line, warm-start (a fresh run) and train, then report; returns the summary. The run
     folder stays locked until the report is written (`runlock`); another run there exits with an error naming

@@ -3,6 +3,7 @@
     python -m grpo_jax.export runs/a runs/a-hf             # the newest good checkpoint
     python -m grpo_jax.export runs/a runs/a-hf-200 --step 200
     python -m grpo_jax.export runs/a runs/a-hf --force     # replace an existing export
+    python -m grpo_jax.export runs/a runs/a-lora --adapter-only   # a LoRA run's adapter alone, for peft
 
 OUT gets what `transformers.AutoModelForCausalLM.from_pretrained(OUT)` loads (`models.save_hf`:
 config.json + model.safetensors), the tokenizer beside it, and `export_info.json` (run folder, step,
@@ -14,7 +15,14 @@ Tokenizer: a task with a Hugging Face tokenizer (jsonl_math) has its files writt
 translation) use grpo_jax's own `CharTokenizer`, which has no transformers equivalent: no HF tokenizer is
 written, its description goes to `grpo_tokenizer.json` (`CharTokenizer.from_json` reads it back) and the
 export says so. The pad/bos/eos ids go into config.json either way (unless a base model's config.json
-already gives them), so `generate` stops at the policy's EOS.
+already gives them), so `generate` stops at the policy's EOS. The base folder's (model.hf_path)
+`generation_config.json`, when it has one, is copied beside the weights, so `generate` samples with the
+base's settings (temperature, top_p, stop ids) as it did before training.
+
+`--adapter-only` (a LoRA run on a model.hf_path base) writes what PEFT loads instead of the merged model:
+`adapter_config.json` + `adapter_model.safetensors` (`models.lora.peft_config` / `peft_tensors`), with the
+tokenizer and export_info.json beside them; `PeftModel.from_pretrained(base, OUT)` on the base folder gives
+the merged export's model.
 
 Where the params come from: the checkpoint's saved config rebuilds the train state's shapes (model from
 model.preset and the task tokenizer's vocabulary, or model.hf_path's config.json; the optimizer from
@@ -39,22 +47,26 @@ import time
 from typing import Any
 
 import jax
+from safetensors.numpy import save_file
 
 import models
 from grpo_jax import checkpoint as ckpt_lib
 from grpo_jax import build, provenance, sharding, update
 from grpo_jax import tasks as tasks_lib
-from grpo_jax.config import TrainConfig, from_dict
+from grpo_jax.cli import for_people
+from grpo_jax.config import TrainConfig, UserError, from_dict
 from grpo_jax.fileio import atomic_write_text
 from grpo_jax.tokenizer import CharTokenizer, HFTokenizer
 from models.config import ModelConfig
 
 EXPORT_INFO = "export_info.json"
+GENERATION_CONFIG = "generation_config.json"  # transformers' sampling defaults, copied from the base folder
+ADAPTER_CONFIG, ADAPTER_WEIGHTS = "adapter_config.json", "adapter_model.safetensors"  # PEFT's file names
 CHAR_TOKENIZER_FILE = "grpo_tokenizer.json"
 FORMAT = 1
 
 
-class ExportError(RuntimeError):
+class ExportError(UserError, RuntimeError):
     """A run, step or model that cannot be exported, or a destination that would be overwritten; the
     message names the run folder, step or path."""
 
@@ -105,12 +117,9 @@ def _swap_into_place(new: str, out: str, scratch: str) -> None:
     os.replace(new, out)
 
 
-def write_export(out: str, model_cfg: ModelConfig, params, tokenizer, *, info: dict,
-                 base_config: dict | None = None, force: bool = False) -> dict:
-    """Write params as a transformers checkpoint in `out` with the tokenizer beside it and export_info.json
-    (`info` plus the tokenizer line); returns what export_info.json holds. Assembled in a hidden sibling
-    folder and renamed into place (see the module docstring)."""
-    check_exportable(model_cfg, f"export to {out}")
+def _assemble(out: str, fill, *, force: bool) -> dict:
+    """Run `fill(folder) -> export_info` on a hidden folder beside `out`, write its export_info.json, and
+    rename the folder into place (see the module docstring); returns export_info."""
     check_destination(out, force=force)
     out = os.path.abspath(out)
     parent = os.path.dirname(out)
@@ -118,14 +127,69 @@ def write_export(out: str, model_cfg: ModelConfig, params, tokenizer, *, info: d
     scratch = tempfile.mkdtemp(dir=parent, prefix=f".{os.path.basename(out)}.export-")
     try:
         staged = os.path.join(scratch, "new")
-        models.save_hf(model_cfg, params, staged, base_config={**_token_ids(tokenizer), **(base_config or {})})
-        info = {"format": FORMAT, "exported_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **info,
-                "tokenizer": _write_tokenizer(tokenizer, staged)}
+        os.makedirs(staged)
+        info = fill(staged)
         atomic_write_text(os.path.join(staged, EXPORT_INFO), json.dumps(info, indent=2, sort_keys=True))
         _swap_into_place(staged, out, scratch)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return info
+
+
+def copy_generation_config(base_folder: str | None, folder: str) -> str | None:
+    """Copy the base model's generation_config.json (sampling defaults and stop ids `generate` uses) from
+    `base_folder` into `folder`; returns the path copied, or None when there is no base folder or it has
+    none (a preset model, or a base saved without one)."""
+    if not base_folder:
+        return None
+    src = os.path.join(base_folder, GENERATION_CONFIG)
+    if not os.path.isfile(src):
+        return None
+    try:
+        shutil.copyfile(src, os.path.join(folder, GENERATION_CONFIG))
+    except OSError as e:
+        raise ExportError(f"model.hf_path={base_folder!r}: cannot copy {src} into the export ({e})") from None
+    return os.path.abspath(src)
+
+
+def write_export(out: str, model_cfg: ModelConfig, params, tokenizer, *, info: dict,
+                 base_config: dict | None = None, base_folder: str | None = None, force: bool = False) -> dict:
+    """Write params as a transformers checkpoint in `out` with the tokenizer beside it, the base folder's
+    generation_config.json (when it has one) and export_info.json (`info` plus the tokenizer line and the
+    generation config copied); returns what export_info.json holds. Assembled in a hidden sibling folder and
+    renamed into place (see the module docstring)."""
+    check_exportable(model_cfg, f"export to {out}")
+
+    def fill(staged: str) -> dict:
+        models.save_hf(model_cfg, params, staged, base_config={**_token_ids(tokenizer), **(base_config or {})})
+        return {"format": FORMAT, "exported_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **info,
+                "tokenizer": _write_tokenizer(tokenizer, staged),
+                "generation_config": copy_generation_config(base_folder, staged)}
+
+    return _assemble(out, fill, force=force)
+
+
+def write_adapter(out: str, model_cfg: ModelConfig, adapters, lora_cfg, tokenizer, *, info: dict,
+                  base_folder: str, force: bool = False) -> dict:
+    """Write LoRA `adapters` (models.lora's pytree) as a PEFT adapter in `out`: adapter_config.json (rank,
+    alpha, dropout, target modules of `lora_cfg`; `base_folder` as base_model_name_or_path) and
+    adapter_model.safetensors, the tokenizer and export_info.json beside them; returns export_info."""
+    check_exportable(model_cfg, f"adapter export to {out}")
+    if not base_folder:
+        raise ExportError(f"adapter export to {out}: the adapter needs its base as a transformers folder "
+                          "(model.hf_path); a preset model's base exists only in the run: export it merged")
+    tensors = models.lora.peft_tensors(model_cfg, adapters)
+    config = models.lora.peft_config(rank=lora_cfg.rank, alpha=lora_cfg.alpha, dropout=lora_cfg.dropout,
+                                     targets=lora_cfg.targets, base_model=os.path.abspath(base_folder))
+
+    def fill(staged: str) -> dict:
+        save_file(tensors, os.path.join(staged, ADAPTER_WEIGHTS), metadata={"format": "pt"})
+        atomic_write_text(os.path.join(staged, ADAPTER_CONFIG), json.dumps(config, indent=2, sort_keys=True))
+        return {"format": FORMAT, "exported_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **info,
+                "adapter_only": True, "base_model": config["base_model_name_or_path"],
+                "tokenizer": _write_tokenizer(tokenizer, staged)}
+
+    return _assemble(out, fill, force=force)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -177,7 +241,14 @@ def _run_config(run_dir: str, meta: dict, step: int | None) -> TrainConfig:
 
 def restore_policy(run_dir: str, step: int | None = None):
     """(train config, model config, policy params, tokenizer, step) of a run's checkpoint `step` (default:
-    the newest good one). Errors name the run folder and the step."""
+    the newest good one; with LoRA the adapters merged in). Errors name the run folder and the step."""
+    cfg, model_cfg, state, tokenizer, used = restore_state(run_dir, step)
+    return cfg, model_cfg, update.policy_params(model_cfg, cfg, state), tokenizer, used
+
+
+def restore_state(run_dir: str, step: int | None = None):
+    """(train config, model config, train state, tokenizer, step) of a run's checkpoint `step` (default:
+    the newest good one), the state on the CPU. Errors name the run folder and the step."""
     ckpt_dir = os.path.join(run_dir, "checkpoints")
     if not os.path.isdir(run_dir):
         raise ExportError(f"{run_dir}: no such run folder")
@@ -206,7 +277,7 @@ def restore_policy(run_dir: str, step: int | None = None):
             state, _, used = ckpt.restore(_state_target(cfg, model_cfg), step=step)
         except ckpt_lib.CheckpointError as e:
             raise ExportError(f"{run_dir}: {e}") from None
-    return cfg, model_cfg, update.policy_params(model_cfg, cfg, state), tokenizer, used
+    return cfg, model_cfg, state, tokenizer, used
 
 
 def _run_info(run_dir: str, step: int, source: str) -> dict[str, Any]:
@@ -220,7 +291,19 @@ def export_run(run_dir: str, out: str, *, step: int | None = None, force: bool =
     check_destination(out, force=force)
     cfg, model_cfg, params, tokenizer, used = restore_policy(run_dir, step)
     return write_export(out, model_cfg, params, tokenizer, info=_run_info(run_dir, used, "checkpoint"),
-                        base_config=base_config(cfg), force=force)
+                        base_config=base_config(cfg), base_folder=cfg.model.hf_path or None, force=force)
+
+
+def export_adapter_run(run_dir: str, out: str, *, step: int | None = None, force: bool = False) -> dict:
+    """Export the LoRA adapters of checkpoint `step` (default: the newest good one) of the run in `run_dir`
+    as a PEFT adapter in `out` (`write_adapter`); returns export_info. A run without LoRA is refused."""
+    check_destination(out, force=force)
+    cfg, model_cfg, state, tokenizer, used = restore_state(run_dir, step)
+    if not cfg.lora.rank:
+        raise ExportError(f"{run_dir}: --adapter-only needs a LoRA run (lora.rank > 0); this run trained every "
+                          "weight (lora.rank=0): export it without --adapter-only")
+    return write_adapter(out, model_cfg, state.params, cfg.lora, tokenizer,
+                         info=_run_info(run_dir, used, "checkpoint"), base_folder=cfg.model.hf_path, force=force)
 
 
 def export_trainer(trainer, out: str) -> dict | None:
@@ -232,9 +315,11 @@ def export_trainer(trainer, out: str) -> dict | None:
         return None
     return write_export(out, trainer.actor.model_cfg, params, trainer.actor.tokenizer,
                         info=_run_info(trainer.out_dir, trainer.step, "end of run (checkpoint.export_hf)"),
-                        base_config=base_config(trainer.cfg), force=True)
+                        base_config=base_config(trainer.cfg), base_folder=trainer.cfg.model.hf_path or None,
+                        force=True)
 
 
+@for_people
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(prog="python -m grpo_jax.export", description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -242,9 +327,15 @@ def main(argv=None) -> dict:
     ap.add_argument("out", help="the folder to write the transformers checkpoint into")
     ap.add_argument("--step", type=int, default=None, help="the checkpoint step (default: the newest good one)")
     ap.add_argument("--force", action="store_true", help="replace OUT if it exists and is not empty")
+    ap.add_argument("--adapter-only", action="store_true",
+                    help="a LoRA run: write the PEFT adapter (adapter_config.json + adapter_model.safetensors) "
+                         "instead of the merged model")
+    ap.add_argument("--debug", action="store_true", help="show the traceback of an error (also GRPO_JAX_DEBUG=1)")
     args = ap.parse_args(argv)
-    info = export_run(args.run_dir, args.out, step=args.step, force=args.force)
-    print(f"exported {args.run_dir} step {info['step']} to {args.out}; tokenizer: {info['tokenizer']}")
+    export = export_adapter_run if args.adapter_only else export_run
+    info = export(args.run_dir, args.out, step=args.step, force=args.force)
+    what = "the LoRA adapter of " if args.adapter_only else ""
+    print(f"exported {what}{args.run_dir} step {info['step']} to {args.out}; tokenizer: {info['tokenizer']}")
     return info
 
 

@@ -195,7 +195,21 @@ class HFTokenizer(Tokenizer):
             raise ValueError(f"the tokenizer in {self.folder} has no chat template (neither a 'chat_template' in "
                              "tokenizer_config.json nor a chat_template.jinja file): 'messages' rows and "
                              "task.system_prompt need one; use plain 'prompt' rows with task.chat=never")
-        return self.hf.apply_chat_template([dict(m) for m in messages], tokenize=False, add_generation_prompt=True)
+        from jinja2.exceptions import TemplateError  # deferred as transformers (which brings jinja2)
+
+        try:
+            return self.hf.apply_chat_template([dict(m) for m in messages], tokenize=False,
+                                               add_generation_prompt=True)
+        except TemplateError as e:  # the template's raise_exception(), a syntax error, an undefined name
+            raise ValueError(f"the chat template in {self.template_file()} failed on this conversation: "
+                             f"{type(e).__name__}: {' '.join(str(e).split())} (fix the template, or the row's "
+                             "turns it refuses)") from e
+
+    def template_file(self) -> Path:
+        """The file the chat template comes from, for error messages: chat_template.jinja when the folder has
+        one (recent transformers save it there and prefer it), else tokenizer_config.json."""
+        jinja = self.folder / "chat_template.jinja"
+        return jinja if jinja.is_file() else self.folder / "tokenizer_config.json"
 
     def encode(self, text: str, *, add_bos: bool = False) -> list[int]:
         return self._bos(add_bos) + list(self.hf.encode(text, add_special_tokens=False))

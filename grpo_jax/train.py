@@ -27,8 +27,8 @@ from grpo_jax import export as export_lib
 from grpo_jax import data as data_lib
 from grpo_jax import rewards as rewards_lib
 from grpo_jax import tasks as tasks_lib
-from grpo_jax.build import build_model, reward_specs
-from grpo_jax.cli import parse_args
+from grpo_jax.build import build_model, check_model_folder, lora_note, reward_specs
+from grpo_jax.cli import for_people, parse_args
 from grpo_jax.config import RESUME_CRITICAL, TrainConfig, inert_settings, to_dict
 from grpo_jax.fileio import atomic_write_text
 from grpo_jax.perf import tune_host_allocator
@@ -84,6 +84,7 @@ class Trainer:
         cfg, out_dir = self.cfg, self.out_dir
         self.mesh = sharding.make_mesh(cfg.mesh)
         self.rollout_mesh = sharding.make_rollout_mesh(cfg.mesh) or self.mesh
+        check_model_folder(cfg)  # before the task's tokenizer, which is often read from the same folder
         self.task = tasks_lib.get_task(cfg.task.name, **dict(cfg.task.options))
         tokenizer = self.task.tokenizer()
         rows, self.eval_rows, self.data_report = data_lib.load_task_data(self.task, cfg.task, cfg.seed, tokenizer)
@@ -119,7 +120,8 @@ class Trainer:
         # One metrics stream: process 0 writes the run's logs; the others log to a scratch folder removed when
         # the run ends (they see the same metrics; their checkpoint shards go to the shared checkpoint set)
         # a fresh run: what _fresh_start found, and which of its settings act on (almost) nothing
-        notes = ([*self._fresh_start(resume=resume), *(("inert_setting", {"message": m}) for m in inert_settings(cfg))]
+        notes = ([*self._fresh_start(resume=resume), *(("inert_setting", {"message": m}) for m in inert_settings(cfg)),
+                  *(("lora_off", {"message": m}) for m in [lora_note(cfg)] if m)]
                  if start is None else [])
         pid = jax.process_index()
         log_dir = out_dir if pid == 0 else tempfile.mkdtemp(prefix=f"grpo-jax-process-{pid}-")
@@ -381,6 +383,7 @@ def open_trainer(cfg: TrainConfig, out_dir: str, **kwargs) -> Trainer:
         raise SystemExit(f"error: {e}") from None
 
 
+@for_people
 def main(argv=None) -> dict:
     args, cfg = parse_args(argv, description="Run GRPO from a config: python -m grpo_jax.train --out DIR --set ...")
     trainer = open_trainer(cfg, args.out, resume=args.resume, quiet=args.quiet, rollback_to=args.rollback_to)

@@ -122,3 +122,41 @@ def merge(cfg: ModelConfig, base: dict, adapters: dict, scale: float) -> dict:
 
 def num_params(adapters: dict) -> int:
     return sum(x.size for x in jax.tree.leaves(adapters))
+
+
+# --------------------------------------------------------------------------------------------------
+# PEFT's on-disk adapter (adapter_config.json + adapter_model.safetensors)
+# --------------------------------------------------------------------------------------------------
+
+# The transformers module each target is (its name under a decoder layer); PEFT's target_modules are the last part.
+HF_MODULES = {"q": "self_attn.q_proj", "k": "self_attn.k_proj", "v": "self_attn.v_proj", "o": "self_attn.o_proj",
+              "gate": "mlp.gate_proj", "up": "mlp.up_proj", "down": "mlp.down_proj"}
+
+
+def peft_tensors(cfg: ModelConfig, adapters: dict) -> dict:
+    """The adapters as PEFT stores them, float32 numpy in torch's [out, in] layout:
+    `base_model.model.<the layer's transformers name>.<module>.lora_A.weight` = A^T [r, in] and `lora_B.weight`
+    = B^T [out, r] (PEFT's y += scale * B(A(x)) is our x A B). The layer names are those `models.hf` writes
+    (model.layers.i, or model.language_model.layers.i for Qwen2-VL's text decoder)."""
+    import numpy as np
+
+    if len(adapters["layers"]) != cfg.n_layers:
+        raise ValueError(f"peft_tensors: {len(adapters['layers'])} adapter layers for a model of {cfg.n_layers}")
+    prefix = "base_model.model." + ("model.language_model." if cfg.arch == "qwen2_vl" else "model.")
+    out = {}
+    for i, layer in enumerate(adapters["layers"]):
+        for target, w in layer.items():
+            name = f"{prefix}layers.{i}.{HF_MODULES[target]}"
+            out[f"{name}.lora_A.weight"] = np.ascontiguousarray(np.asarray(w["a"], np.float32).T)
+            out[f"{name}.lora_B.weight"] = np.ascontiguousarray(np.asarray(w["b"], np.float32).T)
+    return out
+
+
+def peft_config(*, rank: int, alpha: float, dropout: float, targets, base_model: str) -> dict:
+    """adapter_config.json for PEFT's `PeftModel.from_pretrained`: plain LoRA (scale alpha / r, no rsLoRA,
+    no bias, no extra trained modules) on the targets' transformers modules of a causal LM."""
+    return {"peft_type": "LORA", "task_type": "CAUSAL_LM", "base_model_name_or_path": base_model,
+            "r": int(rank), "lora_alpha": float(alpha), "lora_dropout": float(dropout),
+            "target_modules": sorted(HF_MODULES[t].split(".")[-1] for t in check_targets(targets)),
+            "bias": "none", "use_rslora": False, "use_dora": False, "fan_in_fan_out": False,
+            "modules_to_save": None, "inference_mode": True, "init_lora_weights": True}

@@ -15,6 +15,7 @@ from grpo_jax.config import TaskConfig
 from grpo_jax.data import DataError, load_task_data
 from grpo_jax.rewards import sanitize
 from grpo_jax.rewards.registry import RewardSpec, evaluate
+from grpo_jax import tasks as tasks_lib
 from grpo_jax.tasks import JsonlTask, adapters, bind_format, chat, get_task
 from grpo_jax.tasks.adapters import FORMATS, NATIVE, RowError, adapt_row, detect_format, reward_specs
 from grpo_jax.tokenizer import CharTokenizer
@@ -45,8 +46,23 @@ NATIVE_ROW = {"prompt": "12+30=", "answer": "42", "solution": "<think>add</think
 MESSAGES_ROW = {"messages": [{"role": "system", "content": "Answer with a number."},
                              {"role": "user", "content": "What is 12+30?"}], "answer": "42"}
 
-ROWS = {"gsm8k": GSM8K, "math": MATH, "mbpp": MBPP, "humaneval": HUMANEVAL, "mcq": MCQ, "translation": TRANSLATION,
-        NATIVE: NATIVE_ROW}
+# rows as the public datasets ship them (Hugging Face's JSON export: keys of an object in sorted order)
+ARC = {"id": "Mercury_SC_415702", "answerKey": "A",  # allenai/ai2_arc, ARC-Challenge train
+       "question": "George wants to warm his hands quickly by rubbing them. Which skin surface will produce the "
+                   "most heat?",
+       "choices": {"text": ["dry palms", "wet palms", "palms covered with oil", "palms covered with lotion"],
+                   "label": ["A", "B", "C", "D"]}}
+ARC_NUMBERED = {"id": "NYSEDREGENTS_2006_8_10", "answerKey": "3",  # a few ARC rows number their options
+                "question": "Which process is responsible for the formation of sedimentary rock?",
+                "choices": {"text": ["melting", "cooling of magma", "compaction and cementation", "heat and pressure"],
+                            "label": ["1", "2", "3", "4"]}}
+WMT = {"translation": {"de": "Wiederaufnahme der Sitzungsperiode", "en": "Resumption of the session"}}  # wmt14 de-en
+TRL_PROMPT = {"prompt": [{"content": "Natalia sold clips to 48 of her friends in April, and then she sold half as "  # TRL
+                                     "many clips in May. How many clips did Natalia sell altogether?", "role": "user"}],
+              "answer": "72"}
+
+ROWS = {"gsm8k": GSM8K, "math": MATH, "mbpp": MBPP, "humaneval": HUMANEVAL, "mcq": MCQ, "arc": ARC,
+        "translation": TRANSLATION, "wmt": WMT, NATIVE: NATIVE_ROW}
 
 
 class ChatMLChars(CharTokenizer):
@@ -130,6 +146,48 @@ def test_translation_string_and_list_targets_with_languages_in_the_prompt():
     assert bare["prompt"] == "Translate the following text:\n\nHallo"
 
 
+@pytest.mark.parametrize("raw, letter", [(ARC, "A"), (ARC_NUMBERED, "C")])
+def test_arc_choices_are_lettered_in_order_and_the_answer_key_becomes_a_letter(raw, letter):
+    row = adapt_row(raw, "arc")
+    texts = raw["choices"]["text"]
+    assert row["prompt"] == raw["question"] + "\n\n" + "\n".join(f"{x}. {t}" for x, t in zip("ABCD", texts))
+    assert row["answer"] == letter and row["choices"] == texts and row["answerKey"] == raw["answerKey"]
+    assert row["solution"] == f"<think>compare the options</think><answer>{letter}</answer>"
+    # OpenBookQA names the question `question_stem`; CommonsenseQA's five options are lettered up to E
+    obqa = adapt_row({"question_stem": "The sun is", "choices": {"text": ["a star", "a moon"], "label": ["A", "B"]},
+                      "answerKey": "A"}, "arc")
+    assert obqa["prompt"] == "The sun is\n\nA. a star\nB. a moon" and obqa["answer"] == "A"
+
+
+def test_wmt_pair_into_english_by_default_or_from_the_task_options():
+    row = adapt_row(WMT, "wmt")  # de-en: German into English
+    assert row["prompt"] == "Translate the following text from German into English:\n\nWiederaufnahme der Sitzungsperiode"
+    assert row["references"] == ["Resumption of the session"] and row["answer"] == "Resumption of the session"
+    assert row["translation"] == WMT["translation"]
+    back = adapt_row(WMT, "wmt", {"source_lang": "en", "tokenizer_path": "/x"})  # the other key is the target
+    assert back["prompt"].endswith("from English into German:\n\nResumption of the session")
+    assert back["references"] == ["Wiederaufnahme der Sitzungsperiode"]
+    assert adapt_row(WMT, "wmt", {"target_lang": "de"})["references"] == back["references"]
+    three = {"translation": {"cs": "Dobré ráno", "de": "Guten Morgen", "en": "Good morning"}}
+    row = adapt_row(three, "wmt", {"source_lang": "cs", "target_lang": "de"})
+    assert row["prompt"].startswith("Translate the following text from Czech into German") and row["answer"] == "Guten Morgen"
+    other = adapt_row({"translation": {"xx": "a b", "yy": "c d"}}, "wmt", {"source_lang": "yy"})
+    assert other["prompt"] == "Translate the following text from yy into xx:\n\nc d"  # unknown codes as they are
+
+
+def test_a_task_option_reaches_the_wmt_rows_through_the_task():
+    task = get_task("jsonl", source_lang="en", tokenizer_path="/tok")
+    assert tasks_lib.row_options(task) == {"source_lang": "en", "target_lang": ""}
+    assert adapt_row(WMT, "wmt", tasks_lib.row_options(task))["answer"] == "Wiederaufnahme der Sitzungsperiode"
+    assert tasks_lib.row_options(get_task("arithmetic")) == {}
+
+
+def test_trl_conversational_prompt_is_read_as_messages():
+    row = adapt_row(TRL_PROMPT, NATIVE)
+    assert row == {"messages": TRL_PROMPT["prompt"], "answer": "72"} and "prompt" not in row
+    assert detect_format(TRL_PROMPT) == NATIVE
+
+
 def test_native_rows_pass_through_and_messages_are_validated():
     assert adapt_row(NATIVE_ROW, NATIVE) is NATIVE_ROW
     assert adapt_row(MESSAGES_ROW, NATIVE) is MESSAGES_ROW
@@ -146,7 +204,7 @@ def test_each_row_is_detected_as_its_own_format(fmt):
 def test_detection_order_prefers_the_specific_format():
     """HumanEval rows have a `prompt` (a native row's column) and MCQ rows a question/answer (GSM8K's):
     the order of FORMATS must put the specific formats first, or they would be read as the general one."""
-    assert list(FORMATS) == ["humaneval", "mbpp", "mcq", "gsm8k", "math", "translation", NATIVE]
+    assert list(FORMATS) == ["humaneval", "mbpp", "mcq", "arc", "gsm8k", "math", "translation", "wmt", NATIVE]
     assert detect_format(HUMANEVAL) == "humaneval" and FORMATS[NATIVE].fits(HUMANEVAL)
     assert detect_format({"prompt": "Square x.", "test_list": ["assert sq(3) == 9"]}) == "mbpp"
     assert detect_format(MCQ) == "mcq" and FORMATS["gsm8k"].fits(MCQ)
@@ -186,12 +244,18 @@ def score(fmt, rows, responses):
     ("translation", TRANSLATION, "Der Hund bellt."),
     ("translation", TRANSLATION_LIST, "Bonsoir"),
     (NATIVE, NATIVE_ROW, "24"),
+    ("arc", ARC, "B"),
+    ("arc", ARC_NUMBERED, "A"),
+    ("wmt", WMT, "Der Hund bellt."),
+    (NATIVE, TRL_PROMPT, "96"),
 ])
 def test_each_rows_own_solution_scores_one(fmt, raw, wrong):
     """The adapted row and the reward its family names agree on what the gold answer is: the row's own
-    worked solution scores 1 on correctness and format; a wrong answer in the same format scores below 1."""
+    worked solution (or, for a row without one, the gold answer in the think/answer format) scores 1 on
+    correctness and format; a wrong answer in the same format scores below 1."""
     row = adapt_row(raw, fmt)
-    R = score(fmt, [row, row], [row["solution"], f"<think>guess</think><answer>{wrong}</answer>"])
+    right = row.get("solution", f"<think>work it out</think><answer>{row['answer']}</answer>")
+    R = score(fmt, [row, row], [right, f"<think>guess</think><answer>{wrong}</answer>"])
     np.testing.assert_array_equal(R[0], [1.0, 1.0])
     assert R[1, 0] < 0.5 and R[1, 1] == 1.0  # chrF of an unrelated sentence is small, the others are 0
 
@@ -244,6 +308,23 @@ def test_code_rows_scored_by_running_their_tests():
     ("translation", {"src": "x", "tgt": ["ok", 3]}, "column 'tgt' must be a non-empty string or list"),
     ("translation", {"source": "x", "target": "y", "source_lang": 7}, "column 'source_lang' must be a string"),
     (NATIVE, {"prompt": "p", "messages": MESSAGES_ROW["messages"]}, "both 'prompt' and 'messages'"),
+    (NATIVE, {**TRL_PROMPT, "messages": MESSAGES_ROW["messages"]}, "both a conversational 'prompt'"),
+    (NATIVE, {"prompt": [{"role": "user", "content": ["a", "b"]}]}, r"messages\[0\]\.content must be a string"),
+    (NATIVE, {"prompt": []}, "field 'messages' must be a non-empty list"),
+    ("arc", {"question": "q", "answerKey": "A"}, "missing column 'choices'"),
+    ("arc", {**ARC, "choices": ["x", "y"]}, r"column 'choices' must be \{\"text\": \[...\], \"label\""),
+    ("arc", {**ARC, "choices": {"text": ["x", "y"], "label": ["A"]}}, "and as many distinct labels"),
+    ("arc", {**ARC, "choices": {"text": ["x", "y"], "label": ["A", "A"]}}, "and as many distinct labels"),
+    ("arc", {**ARC, "choices": {"text": ["x"], "label": ["A"]}}, "2..10 non-empty option texts"),
+    ("arc", {**ARC, "answerKey": "E"}, r"column 'answerKey' must be one of the labels \['A', 'B', 'C', 'D'\]"),
+    ("arc", {**ARC_NUMBERED, "answerKey": "C"}, r"must be one of the labels \['1', '2', '3', '4'\], got 'C'"),
+    ("arc", {**ARC, "answerKey": 1}, "column 'answerKey' must be a non-empty string"),
+    ("wmt", {"translation": "Guten Tag"}, "column 'translation' must be an object of two or more"),
+    ("wmt", {"translation": {"de": "Hallo"}}, "column 'translation' must be an object of two or more"),
+    ("wmt", {"translation": {"de": "Hallo", "en": ""}}, "column 'translation' must be an object"),
+    ("wmt", {"translation": {"de": "Hallo", "fr": "Salut"}},
+     r"has the languages de, fr: which to translate from and into is ambiguous; set task\.options source_lang"),
+    ("wmt", {"translation": {"cs": "Ahoj", "de": "Hallo", "en": "Hello"}}, "has the languages cs, de, en: which"),
     (NATIVE, {"messages": []}, "field 'messages' must be a non-empty list"),
     (NATIVE, {"messages": [{"role": "user", "content": 5}]}, r"messages\[0\]\.content must be a string, got int"),
     (NATIVE, {"messages": [{"content": "hi"}]}, r"messages\[0\]\.role must be a string, got nothing"),
@@ -253,6 +334,35 @@ def test_code_rows_scored_by_running_their_tests():
 def test_bad_rows_name_the_column(fmt, row, message):
     with pytest.raises(RowError, match=message):
         adapt_row(row, fmt)
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"source_lang": "fr"}, r"column 'translation' has no 'fr' text \(task option source_lang='fr'\); it has de, en"),
+    ({"target_lang": "EN"}, "has no 'EN' text"),
+    ({"source_lang": "de", "target_lang": "de"}, "source_lang and target_lang are both 'de'"),
+])
+def test_wmt_options_naming_no_pair_of_the_row_are_refused(options, message):
+    with pytest.raises(RowError, match=message):
+        adapt_row(WMT, "wmt", options)
+
+
+def test_public_shapes_through_the_loader(tmp_path):
+    """ARC, WMT and TRL conversational rows read from files: detected, adapted, and (TRL) rendered by the
+    chat template; a bad row is named by file and line."""
+    rows, _, report = load(write_rows(tmp_path / "arc.jsonl", [ARC, ARC_NUMBERED]))
+    assert report["format"] == "arc" and [r["answer"] for r in rows] == ["A", "C"]
+    rows, _, report = load(write_rows(tmp_path / "wmt.jsonl", [WMT, WMT]))
+    assert report["format"] == "wmt" and rows[0]["references"] == ["Resumption of the session"]
+    rows, _, report = load(write_rows(tmp_path / "trl.jsonl", [TRL_PROMPT]), tokenizer=ChatMLChars())
+    assert report["format"] == NATIVE and rows[0]["prompt"] == f"[user]{TRL_PROMPT['prompt'][0]['content']}\n[assistant]"
+    bad = write_rows(tmp_path / "bad.jsonl", [WMT, {"translation": {"de": "Hallo", "fr": "Salut"}}])
+    with pytest.raises(DataError, match=f"^{bad}:2: column 'translation' has the languages de, fr: .* ambiguous"):
+        load(bad)
+    # the task's language options reach the file's rows: the same de/fr rows load with a direction given
+    both = write_rows(tmp_path / "defr.jsonl", [{"translation": {"de": "Hallo", "fr": "Salut"}}])
+    task = get_task("jsonl", source_lang="de", target_lang="fr")  # as the trainer builds it from task.options
+    rows, _, _ = load_task_data(task, TaskConfig(name="jsonl", train_path=both, n_eval=0), 0, None)
+    assert rows[0]["references"] == ["Salut"]
 
 
 @pytest.mark.parametrize("good, bad, message", [
@@ -351,6 +461,8 @@ def test_family_tables_cover_every_format():
     ("humaneval", "code", {}, ("prompt", "tests")),
     ("mbpp", "code", {}, ("prompt", "tests")),
     ("mcq", "science", {}, ("prompt", "answer")),
+    ("arc", "science", {}, ("prompt", "answer")),
+    ("wmt", "translation", {"metric": "chrf"}, ("prompt", "references")),
     ("translation", "translation", {"metric": "chrf"}, ("prompt", "references")),
     ("gsm8k", "math", {}, ("prompt", "answer")),
     ("math", "math", {}, ("prompt", "answer")),

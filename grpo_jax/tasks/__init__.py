@@ -90,6 +90,15 @@ def row_formats(task: Task) -> tuple[str, ...]:
     return task.formats if isinstance(task, JsonlTask) else (NATIVE,)
 
 
+def row_options(task: Task) -> dict[str, Any]:
+    """The task options the row formats read (`adapters.RowFormat.options`, e.g. wmt's source_lang and
+    target_lang), to pass to `adapters.adapt_row`: a file task's fields of those names; {} for other tasks."""
+    if not isinstance(task, JsonlTask):
+        return {}
+    names = {name for fmt in FORMATS.values() for name in fmt.options}
+    return {name: getattr(task, name) for name in sorted(names) if hasattr(task, name)}
+
+
 def bind_format(task: Task, fmt: str) -> Task:
     """`task` scoring rows of format `fmt`: a file task takes that format's rewards; any other task (whose
     rows are native or generated) is returned as it is."""
@@ -102,4 +111,5 @@ def bind_format(task: Task, fmt: str) -> Task:
 
 
 __all__ = ["FORMATS", "SPLITS", "SYNTHETIC", "TASKS", "ArithmeticTask", "CountdownTask", "JsonlMathTask", "JsonlTask",
-           "Row", "Task", "TranslationTask", "bind_format", "get_task", "row_formats", "split_of"]
+           "Row", "Task", "TranslationTask", "bind_format", "get_task", "row_formats", "row_options",
+           "split_of"]

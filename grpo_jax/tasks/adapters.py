@@ -12,15 +12,23 @@ Each format names the columns it reads (`a|b`: either name) and what it makes of
     mcq           question, choices, answer (letter or 0-based index)
                                                                  prompt (+ lettered options), answer letter, choices
                                                                                                science
+    arc           question|question_stem, choices ({"text": [...], "label": [...]}), answerKey (a label)
+                                                                 as mcq                        science
     gsm8k         question, answer ("... #### 42")              prompt, answer "42"           math
     math          problem, solution ("... \\boxed{...}")          prompt, answer (the last box) math
     translation   source|src, target|tgt [, source_lang|src_lang, target_lang|tgt_lang]
                                                                  prompt, references, answer    translation
-    prompt_answer prompt|messages [, answer, solution, ...]     the row as it is              math
+    wmt           translation ({"de": "...", "en": "..."}; the pair from task options source_lang/target_lang,
+                  else the two languages, into English when one is "en")
+                                                                 as translation                translation
+    prompt_answer prompt|messages [, answer, solution, ...]     the row as it is; a `prompt` that is a list
+                                                                 of turns (TRL's conversational prompt) is
+                                                                 its `messages`                math
 
 `detect_format` picks the first format of that table whose columns a row has (so a HumanEval row, which
 has a `prompt`, is not taken for a native one); the other columns of a row pass through unchanged.
-Every error is a `RowError` naming the column; the data loader adds the file and line.
+Every error is a `RowError` naming the column; the data loader adds the file and line. A format may read
+task options (`RowFormat.options`, e.g. wmt's language pair), which `adapt_row` passes it by name.
 """
 
 from __future__ import annotations
@@ -47,6 +55,13 @@ HUMANEVAL_PROMPT = ("Complete the following Python function. Write the whole fun
 TRANSLATION_PROMPT = "Translate the following text{direction}:\n\n{source}"
 _CALCULATOR = re.compile(r"<<[^<>]*>>")  # GSM8K's calculator annotations, "<<48/2=24>>": not part of the prose
 _THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")  # "1,000" -> "1000" (a few GSM8K answers have separators)
+# English names of the language codes of WMT's pairs, for the prompt ("from German into English"); another
+# code is shown as it is.
+LANGUAGE_NAMES: Mapping[str, str] = MappingProxyType({
+    "cs": "Czech", "de": "German", "en": "English", "es": "Spanish", "et": "Estonian", "fi": "Finnish",
+    "fr": "French", "gu": "Gujarati", "hi": "Hindi", "ja": "Japanese", "kk": "Kazakh", "lt": "Lithuanian",
+    "lv": "Latvian", "pl": "Polish", "ps": "Pashto", "ro": "Romanian", "ru": "Russian", "ta": "Tamil",
+    "tr": "Turkish", "uk": "Ukrainian", "zh": "Chinese"})
 
 
 class RowError(ValueError):
@@ -58,7 +73,8 @@ class RowFormat:
     name: str
     columns: tuple[tuple[str, ...], ...]  # required columns; each a tuple of accepted names
     family: str  # the reward family that scores it: a key of FAMILY_REWARDS
-    adapt: Callable[[Row], Row]  # raw row -> native row (raises RowError)
+    adapt: Callable[..., Row]  # raw row (+ the options below, as keyword arguments) -> native row (raises RowError)
+    options: tuple[str, ...] = ()  # the task options the format reads (adapt_row passes those given)
 
     def fits(self, row: Mapping[str, Any]) -> bool:
         return all(any(name in row for name in names) for names in self.columns)
@@ -193,10 +209,38 @@ def mcq_row(row: Row) -> Row:
     else:
         raise RowError(f"column 'answer' must be an option letter ({letters[0]}..{letters[-1]}) or a 0-based "
                        f"index below {len(choices)}, got {answer!r:.80}")
-    options = "\n".join(f"{letter_}. {choice}" for letter_, choice in zip(letters, choices))
+    return _lettered(row, question, choices, letter)
+
+
+def _lettered(row: Row, question: str, choices: list, letter: str) -> Row:
+    """The native multiple-choice row: the options listed under the question as "A. ...", the gold option
+    letter as the answer, the options as strings (what the science reward reads)."""
+    options = "\n".join(f"{letter_}. {choice}" for letter_, choice in zip(LETTERS, choices))
     thought = _optional_text(row, "explanation").strip() or "compare the options"
     return {**row, "prompt": f"{question.strip()}\n\n{options}", "answer": letter,
             "choices": [str(c) for c in choices], "solution": formatted(thought, letter)}
+
+
+def arc_row(row: Row) -> Row:
+    """ARC (Clark et al. 2018; OpenBookQA's `question_stem` and CommonsenseQA ship the same shape): `choices`
+    is {"text": [...], "label": [...]} and `answerKey` one of the labels. The options are lettered A, B, ...
+    in the order given (a few ARC rows label them "1".."4", which the science reward does not grade), so the
+    gold letter is the one at the answer key's position."""
+    question = _text(row, "arc", "question", "question_stem")
+    if "choices" not in row:
+        raise _missing(row, ("choices",), "arc")
+    choices = row["choices"]
+    texts = choices.get("text") if isinstance(choices, Mapping) else None
+    labels = choices.get("label") if isinstance(choices, Mapping) else None
+    if (not isinstance(texts, list) or not isinstance(labels, list) or len(texts) != len(labels)
+            or not 2 <= len(texts) <= len(LETTERS) or not all(isinstance(t, str) and t.strip() for t in texts)
+            or not all(isinstance(x, str) and x.strip() for x in labels) or len(set(labels)) != len(labels)):
+        raise RowError(f"column 'choices' must be {{\"text\": [...], \"label\": [...]}}: 2..{len(LETTERS)} non-empty "
+                       f"option texts and as many distinct labels, got {choices!r:.120}")
+    key = _text(row, "arc", "answerKey").strip()
+    if key not in labels:
+        raise RowError(f"column 'answerKey' must be one of the labels {labels}, got {row['answerKey']!r:.80}")
+    return _lettered(row, question, texts, LETTERS[labels.index(key)])
 
 
 def translation_row(row: Row) -> Row:
@@ -211,14 +255,62 @@ def translation_row(row: Row) -> Row:
         raise RowError(f"column {name!r} must be a non-empty string or list of them, got {row[name]!r:.80}")
     src_lang = _optional_text(row, "source_lang", "src_lang").strip()
     tgt_lang = _optional_text(row, "target_lang", "tgt_lang").strip()
+    return _translated(row, source, refs, src_lang, tgt_lang)
+
+
+def _translated(row: Row, source: str, refs: list[str], src_lang: str, tgt_lang: str) -> Row:
+    """The native translation row: the prompt (naming the languages given), the references chrF scores."""
     direction = (f" from {src_lang}" if src_lang else "") + (f" into {tgt_lang}" if tgt_lang else "")
     return {**row, "prompt": TRANSLATION_PROMPT.format(direction=direction, source=source.strip()),
             "references": refs, "answer": refs[0], "solution": formatted("translate", refs[0])}
 
 
+def language_pair(languages: list[str], source_lang: str = "", target_lang: str = "") -> tuple[str, str]:
+    """(source, target) among the language keys of a `translation` object: the task options when given (one
+    of them is enough when there are two keys, the other is the remaining key); else, of two keys of which
+    one is "en", the other into English, the direction WMT's configs name (wmt14 "de-en", "fr-en", ...;
+    the dataset writes the keys sorted, so their order says nothing). Anything else is ambiguous: RowError."""
+    for option, lang in (("source_lang", source_lang), ("target_lang", target_lang)):
+        if lang and lang not in languages:
+            raise RowError(f"column 'translation' has no {lang!r} text (task option {option}={lang!r}); "
+                           f"it has {', '.join(languages)}")
+    if source_lang and target_lang:
+        pair = (source_lang, target_lang)
+    elif (source_lang or target_lang) and len(languages) == 2:
+        other = next(x for x in languages if x != (source_lang or target_lang))
+        pair = (source_lang, other) if source_lang else (other, target_lang)
+    elif not (source_lang or target_lang) and len(languages) == 2 and "en" in languages:
+        pair = (next(x for x in languages if x != "en"), "en")
+    else:
+        raise RowError(f"column 'translation' has the languages {', '.join(languages)}: which to translate from "
+                       "and into is ambiguous; set task.options source_lang and target_lang (keys of the object)")
+    if pair[0] == pair[1]:
+        raise RowError(f"task options source_lang and target_lang are both {pair[0]!r}: name two languages")
+    return pair
+
+
+def wmt_row(row: Row, *, source_lang: str = "", target_lang: str = "") -> Row:
+    """WMT (and every Hugging Face `Translation` dataset): {"translation": {"de": "...", "en": "..."}}; the
+    pair is `language_pair`'s, the prompt names the languages (English names of the usual codes)."""
+    pairs = row.get("translation")
+    if "translation" not in row:
+        raise _missing(row, ("translation",), "wmt")
+    if (not isinstance(pairs, Mapping) or len(pairs) < 2
+            or not all(isinstance(k, str) and isinstance(v, str) and v.strip() for k, v in pairs.items())):
+        raise RowError(f"column 'translation' must be an object of two or more {{language: non-empty text}}, "
+                       f"got {pairs!r:.120}")
+    src, tgt = language_pair(list(pairs), source_lang, target_lang)
+    return _translated(row, pairs[src], [pairs[tgt]], LANGUAGE_NAMES.get(src, src), LANGUAGE_NAMES.get(tgt, tgt))
+
+
 def native_row(row: Row) -> Row:
     """The pipeline's own rows: a `prompt` string or a `messages` conversation (not both); the other
-    fields are checked by the loader against the task's required fields."""
+    fields are checked by the loader against the task's required fields. A `prompt` that is a list of turns
+    (TRL's conversational format: [{"role": "user", "content": ...}]) is read as the row's `messages`."""
+    if isinstance(row.get("prompt"), list):
+        if "messages" in row:
+            raise RowError("the row has both a conversational 'prompt' (a list of turns) and 'messages': keep one")
+        row = {**{k: v for k, v in row.items() if k != "prompt"}, "messages": row["prompt"]}
     if "prompt" in row and "messages" in row:
         raise RowError("the row has both 'prompt' and 'messages': keep one")
     if "messages" in row:
@@ -235,9 +327,11 @@ FORMATS: Mapping[str, RowFormat] = MappingProxyType(registry("row format", _NAME
     RowFormat("humaneval", (("prompt",), ("test",), ("entry_point",)), "code", humaneval_row),
     RowFormat("mbpp", (("text", "prompt"), ("test_list",)), "code", mbpp_row),
     RowFormat("mcq", (("question",), ("choices",), ("answer",)), "mcq", mcq_row),
+    RowFormat("arc", (("question", "question_stem"), ("choices",), ("answerKey",)), "mcq", arc_row),
     RowFormat("gsm8k", (("question",), ("answer",)), "math", gsm8k_row),
     RowFormat("math", (("problem",), ("solution",)), "math", math_row),
     RowFormat("translation", (("source", "src"), ("target", "tgt")), "translation", translation_row),
+    RowFormat("wmt", (("translation",),), "translation", wmt_row, ("source_lang", "target_lang")),
     RowFormat(NATIVE, (("prompt", "messages"),), "math", native_row),
 )}))
 
@@ -258,7 +352,7 @@ FAMILY_FIELDS: Mapping[str, tuple[str, ...]] = MappingProxyType({
 # The fixed wording each format wraps around a row's own text: the format's instruction, which prompt cleaning
 # (rewards.sanitize) must never rewrite.
 PROMPT_TEMPLATES: Mapping[str, str] = MappingProxyType(
-    {"mbpp": MBPP_PROMPT, "humaneval": HUMANEVAL_PROMPT, "translation": TRANSLATION_PROMPT})
+    {"mbpp": MBPP_PROMPT, "humaneval": HUMANEVAL_PROMPT, "translation": TRANSLATION_PROMPT, "wmt": TRANSLATION_PROMPT})
 
 
 def fixed_text(fmt: str) -> tuple[str, ...]:
@@ -286,13 +380,15 @@ def detect_format(row: Any, among: tuple[str, ...] | None = None) -> str:
                    "Rename the columns or set task.format")
 
 
-def adapt_row(row: Any, fmt: str) -> Row:
-    """The native row of a raw row of format `fmt` (a key of FORMATS); RowError names the problem."""
+def adapt_row(row: Any, fmt: str, options: Mapping[str, Any] | None = None) -> Row:
+    """The native row of a raw row of format `fmt` (a key of FORMATS); RowError names the problem.
+    `options` (the task's options) may hold more than the format reads: it gets those it names."""
     if fmt not in FORMATS:
         raise ValueError(f"unknown row format {fmt!r}; known: {', '.join(FORMATS)}")
     if not isinstance(row, dict):
         raise RowError(f"row must be a JSON object, got {type(row).__name__}")
-    return FORMATS[fmt].adapt(row)
+    given = {k: options[k] for k in FORMATS[fmt].options if options and options.get(k)}
+    return FORMATS[fmt].adapt(row, **given)
 
 
 def reward_specs(fmt: str, format_weight: float) -> list[dict[str, Any]]:

@@ -10,9 +10,11 @@ from the columns of the first row; `bind_format` gives the task the format its d
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from grpo_jax.config import UserError
 from grpo_jax.tasks.adapters import FAMILY_FIELDS, FAMILY_REWARDS, FORMATS, reward_specs
 from grpo_jax.tasks.base import Row
 from grpo_jax.tokenizer import HFTokenizer, Tokenizer
@@ -22,6 +24,8 @@ from grpo_jax.tokenizer import HFTokenizer, Tokenizer
 class JsonlTask:
     tokenizer_path: str = ""  # local HF tokenizer folder (the checkpoint folder works)
     format_weight: float = 0.1  # weight of the think/answer format reward next to correctness (1.0)
+    source_lang: str = ""  # wmt rows ({"translation": {"de": ..., "en": ...}}): the key translated from
+    target_lang: str = ""  # ... and the key translated into (either alone picks the other of two keys)
     format: str = "auto"  # the rows' format (a key of adapters.FORMATS); set from the data by bind_format
     name: str = "jsonl"
     families: ClassVar[tuple[str, ...]] = tuple(FAMILY_REWARDS)  # the reward families this task scores
@@ -57,6 +61,9 @@ class JsonlTask:
     def tokenizer(self) -> Tokenizer:
         if not self.tokenizer_path:
             raise ValueError("task.options must give tokenizer_path (a local HF tokenizer or checkpoint folder)")
+        if not os.path.isdir(self.tokenizer_path):  # named by its config key, not by the tokenizer class
+            raise UserError(f"task.options tokenizer_path={self.tokenizer_path!r}: no such folder; give a local "
+                            "Hugging Face tokenizer or checkpoint folder (hub ids are not fetched)")
         return HFTokenizer(self.tokenizer_path)
 
     def reward_specs(self) -> list[dict[str, Any]]:
