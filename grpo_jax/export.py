@@ -41,7 +41,6 @@ import argparse
 import json
 import os
 import shutil
-import sys
 import tempfile
 import time
 from typing import Any
@@ -340,7 +339,4 @@ def main(argv=None) -> dict:
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except ExportError as e:
-        sys.exit(f"export: {e}")
+    main()

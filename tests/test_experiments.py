@@ -246,19 +246,19 @@ def test_bf16_gap_smoke(tmp_path):
     assert bad.returncode != 0 and "unknown arm(s) nope" in bad.stderr
 
 
-def test_entropy_study_accuracy_final_is_the_mean_of_the_last_window():
-    """accuracy_final averages the evaluations after step STEPS - FINAL_WINDOW (not the step-0 one), so one
-    noisy evaluation does not decide the verdict; accuracy_last keeps the single last one."""
+def test_entropy_study_summary_reads_the_start_and_the_end():
+    """pass@k and greedy at the first and last evaluations; reasoning entropy as the mean of the first and of
+    the last 5 steps, and their ratio."""
     entropy = load_launcher("entropy_collapse")
-    EVAL_EVERY, FINAL_WINDOW, STEPS = entropy.EVAL_EVERY, entropy.FINAL_WINDOW, entropy.STEPS
-    rows = [{"step": s, "entropy/mean": 0.3, "entropy/p50": 0.1, "reward/math/mean": 0.5} for s in range(1, STEPS + 1)]
-    evals = {s: s / 1000 for s in range(0, STEPS + 1, EVAL_EVERY)}
-    rows += [{"step": s, "eval/accuracy": a} for s, a in evals.items()]
+    h = {s: 1.0 if s <= 5 else 0.1 for s in range(1, 21)}  # first 5 steps 1.0, last 5 steps 0.1 -> ratio 0.1
+    rows = [{"step": s, entropy.REASONING_ENTROPY: h[s], "reward/countdown/mean": 0.5 - h[s] / 10} for s in h]
+    rows += [{"step": 0, "eval/accuracy": 0.3, "eval/t1/pass@1": 0.2, "eval/t1/pass@16": 0.8},
+             {"step": 10, "eval/accuracy": 0.35},
+             {"step": 20, "eval/accuracy": 0.4, "eval/t1/pass@1": 0.3, "eval/t1/pass@16": 0.7}]
     out = entropy.summarize(sorted(rows, key=lambda r: r["step"]))
-    window = [a for s, a in evals.items() if s > STEPS - FINAL_WINDOW]  # steps 225, 250, 275, 300 -> mean 0.2625
-    assert out["accuracy_final_evals"] == len(window) == FINAL_WINDOW // EVAL_EVERY
-    assert abs(out["accuracy_final"] - sum(window) / len(window)) < 1e-12
-    assert out["accuracy_last"] == evals[STEPS] and out["accuracy_start"] == 0.0
+    assert (out["greedy_start"], out["greedy_final"], out["eval_samples"]) == (0.3, 0.4, 16)
+    assert (out["passk_t1_start"], out["passk_t1_final"], out["pass1_t1_final"]) == (0.8, 0.7, 0.3)
+    assert (out["entropy_first"], out["entropy_final"]) == (1.0, 0.1) and abs(out["entropy_ratio"] - 0.1) < 1e-12
 
 
 def test_entropy_law_fit_recovers_known_coefficients():

@@ -116,7 +116,7 @@ def test_existing_destination_is_refused_unless_force(run, tmp_path):
     out.mkdir()
     (out / "notes.txt").write_text("keep me")
     with pytest.raises(export.ExportError, match=f"{out} exists and is not empty.*--force"):
-        export.main([run.out_dir, str(out)])
+        export.main([run.out_dir, str(out), "--debug"])
     assert os.listdir(out) == ["notes.txt"] and (out / "notes.txt").read_text() == "keep me"
     assert sorted(os.listdir(tmp_path)) == ["taken"]  # no staging folder left behind
     export.main([run.out_dir, str(out), "--force"])
@@ -124,7 +124,7 @@ def test_existing_destination_is_refused_unless_force(run, tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["taken"]
     (tmp_path / "file").write_text("x")
     with pytest.raises(export.ExportError, match="exists and is not a folder"):
-        export.main([run.out_dir, str(tmp_path / "file"), "--force"])
+        export.main([run.out_dir, str(tmp_path / "file"), "--force", "--debug"])
     empty = tmp_path / "empty"
     empty.mkdir()
     export.main([run.out_dir, str(empty)])  # an empty folder is fine (e.g. made by a job script)
@@ -133,15 +133,15 @@ def test_existing_destination_is_refused_unless_force(run, tmp_path):
 
 def test_bad_run_and_step_name_them(run, tmp_path):
     with pytest.raises(export.ExportError, match=f"{tmp_path / 'nope'}: no such run folder"):
-        export.main([str(tmp_path / "nope"), str(tmp_path / "o")])
+        export.main([str(tmp_path / "nope"), str(tmp_path / "o"), "--debug"])
     (tmp_path / "fresh").mkdir()
     with pytest.raises(export.ExportError, match=f"{tmp_path / 'fresh'}: no checkpoints"):
-        export.main([str(tmp_path / "fresh"), str(tmp_path / "o")])
+        export.main([str(tmp_path / "fresh"), str(tmp_path / "o"), "--debug"])
     (tmp_path / "fresh" / "checkpoints").mkdir()
     with pytest.raises(export.ExportError, match=f"{tmp_path / 'fresh'}: no checkpoints in"):
-        export.main([str(tmp_path / "fresh"), str(tmp_path / "o")])
+        export.main([str(tmp_path / "fresh"), str(tmp_path / "o"), "--debug"])
     with pytest.raises(export.ExportError, match=r"no checkpoint at step 7; the run has steps \[1, 2\]"):
-        export.main([run.out_dir, str(tmp_path / "o"), "--step", "7"])
+        export.main([run.out_dir, str(tmp_path / "o"), "--step", "7", "--debug"])
     assert not (tmp_path / "o").exists()
 
 
@@ -149,7 +149,7 @@ def test_command_line_error_exits_with_the_message(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "grpo_jax.export", str(tmp_path / "nope"), str(tmp_path / "o")],
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1
-    assert f"export: {tmp_path / 'nope'}: no such run folder" in proc.stderr
+    assert f"error: {tmp_path / 'nope'}: no such run folder" in proc.stderr and "--debug" in proc.stderr
     assert "Traceback" not in proc.stderr
 
 

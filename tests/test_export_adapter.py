@@ -112,7 +112,7 @@ def test_adapter_only_refuses_runs_it_cannot_serve(lora_run, tmp_path, monkeypat
     monkeypatch.setattr(export, "restore_state", lambda run_dir, step=None: (full, lora_run.model_cfg, state,
                                                                               CharTokenizer(), 5))
     with pytest.raises(export.ExportError, match=r"runs/x: --adapter-only needs a LoRA run \(lora.rank > 0\)"):
-        export.main(["runs/x", str(tmp_path / "a"), "--adapter-only"])
+        export.main(["runs/x", str(tmp_path / "a"), "--adapter-only", "--debug"])
     with pytest.raises(export.ExportError, match="the adapter needs its base as a transformers folder "
                                                  r"\(model.hf_path\)"):
         export.write_adapter(str(tmp_path / "b"), lora_run.model_cfg, lora_run.adapters, lora_run.cfg.lora,
