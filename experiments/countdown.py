@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from grpo_jax import presets
 from grpo_jax.config import TrainConfig
+from grpo_jax.evaluation import sampled_k
 from grpo_jax.experiment import Clock, Spec, run, summed_over
 
 def get_config(smoke: bool = False) -> TrainConfig:
@@ -28,8 +29,7 @@ def figures(evals: list[dict], train: list[dict]) -> dict:
     pass@k at T = 1, distinct correct solutions per problem, joint success) and the policy's own entropy of
     reasoning tokens over the run."""
     sampled = [r for r in evals if "eval/t1/pass@1" in r]
-    k = max([int(key.split("@")[1]) for key in (sampled[-1] if sampled else {}) if key.startswith("eval/t1/pass@")],
-            default=0)  # logging.eval_samples
+    k = sampled_k(sampled[-1] if sampled else {})  # logging.eval_samples
     out = {"eval_samples": k}
     for when, row in (("sft", sampled[0] if sampled else {}), ("final", sampled[-1] if sampled else {})):
         out.update({f"pass1_t1_{when}": row.get("eval/t1/pass@1"), f"pass{k}_t1_{when}": row.get(f"eval/t1/pass@{k}"),

@@ -40,6 +40,7 @@ import numpy as np
 from grpo_jax import presets
 from grpo_jax.cli import for_people
 from grpo_jax.config import TrainConfig, override
+from grpo_jax.evaluation import sampled_k
 from grpo_jax.study import Arm, compare_seeds, launch, plot_curves, warm_start_note, write_study
 
 LR = 4e-4
@@ -130,8 +131,7 @@ def summarize(rows: list[dict]) -> dict:
     evals = [r for r in rows if "eval/accuracy" in r]
     sampled = [r for r in evals if "eval/t1/pass@1" in r]
     train = [r for r in rows if REASONING_ENTROPY in r and "reward/countdown/mean" in r]
-    k = max((int(key.split("@")[1]) for key in (sampled[-1] if sampled else {}) if key.startswith("eval/t1/pass@")),
-            default=0)
+    k = sampled_k(sampled[-1] if sampled else {})  # logging.eval_samples
     out = {"eval_samples": k}
     for when, ev, t1 in (("start", evals[0], sampled[0] if sampled else {}),
                          ("final", evals[-1], sampled[-1] if sampled else {})):

@@ -44,7 +44,8 @@ import numpy as np
 from grpo_jax import presets
 from grpo_jax.cli import for_people
 from grpo_jax.config import TrainConfig, override
-from grpo_jax.study import Arm, compare_seeds, launch, plot_curves, warm_start_note, write_study
+from grpo_jax.evaluation import sampled_k
+from grpo_jax.study import Arm, compare_seeds, last_mean, launch, plot_curves, warm_start_note, write_study
 
 STEPS = 100
 EVAL_EVERY = 50
@@ -104,19 +105,13 @@ def get_config(smoke: bool = False) -> TrainConfig:
     return override(cfg, [f"rewards.specs={rewards(SMOKE_BUDGET if smoke else BUDGET)}"])
 
 
-def _run_mean(rows: list[dict], key: str) -> float:
-    values = [r[key] for r in rows if isinstance(r.get(key), (int, float))]
-    return float(np.mean(values)) if values else float("nan")
-
-
 def summarize(rows: list[dict]) -> dict:
     """One run's figures: greedy and T = 1 evaluations at the start and the end, and the collapse measures
     averaged over every training step."""
     evals = [r for r in rows if "eval/satisfied_all" in r]
     sampled = [r for r in evals if "eval/t1/pass@1" in r]
     train = [r for r in rows if "collapse/ratio" in r]
-    k = max((int(key.split("@")[1]) for key in (sampled[-1] if sampled else {}) if key.startswith("eval/t1/pass@")),
-            default=0)
+    k = sampled_k(sampled[-1] if sampled else {})  # logging.eval_samples
     out = {}
     for when, ev, t1 in (("start", evals[0], sampled[0] if sampled else {}),
                          ("final", evals[-1], sampled[-1] if sampled else {})):
@@ -128,12 +123,12 @@ def summarize(rows: list[dict]) -> dict:
         out[f"pass1_t1_{when}"] = t1.get("eval/t1/pass@1")
         out[f"passk_t1_{when}"] = t1.get(f"eval/t1/pass@{k}")
     out["eval_samples"] = k
-    out["collapse_ratio"] = _run_mean(train, "collapse/ratio")
+    out["collapse_ratio"] = last_mean(train, "collapse/ratio", None)
     out["collapse_ratio_max"] = max((r["collapse/ratio"] for r in train), default=float("nan"))
     for d in DIMS:
-        out[f"corr_within_{d}"] = _run_mean(train, f"reward/{d}/adv_corr_within")
-        out[f"varies_{d}"] = 1.0 - _run_mean(train, f"reward/{d}/zero_var_frac_per_dim")
-    out["length_final"] = _run_mean(train[-10:], "length/mean")
+        out[f"corr_within_{d}"] = last_mean(train, f"reward/{d}/adv_corr_within", None)
+        out[f"varies_{d}"] = 1.0 - last_mean(train, f"reward/{d}/zero_var_frac_per_dim", None)
+    out["length_final"] = last_mean(train, "length/mean", 10)
     return out
 
 

@@ -68,6 +68,12 @@ class Evaluation:
         return out
 
 
+def sampled_k(row: dict) -> int:
+    """The k of a logged sampled evaluation (`logging.eval_samples`): its largest `eval/t1/pass@k` key; 0 for a
+    row without one."""
+    return max((int(key.split("@")[1]) for key in row if key.startswith("eval/t1/pass@")), default=0)
+
+
 def satisfaction(rewards_NxK: np.ndarray, dims: Sequence[str], prefix: str) -> dict[str, float]:
     """`<prefix>/satisfied/<dim>`: the fraction of completions whose reward in that dimension reaches 1,
     and `<prefix>/satisfied_all`: the fraction that satisfy every dimension (joint success). A missing

@@ -544,9 +544,9 @@ def comparison_table(comparison: dict) -> str:
     return "\n".join(lines)
 
 
-def last_mean(rows: list[dict], key: str, n: int = 20) -> float:
-    """Mean of a metric over the last n steps that report it (nan if none)."""
-    values = [r[key] for r in rows if key in r and isinstance(r[key], (int, float))][-n:]
+def last_mean(rows: list[dict], key: str, n: int | None = 20) -> float:
+    """Mean of a metric over the last n steps that report it (None: all of them; nan if none)."""
+    values = [r[key] for r in rows if key in r and isinstance(r[key], (int, float))][-n if n else None:]
     return float(np.mean(values)) if values else float("nan")
 
 

@@ -56,7 +56,7 @@ ARC_NUMBERED = {"id": "NYSEDREGENTS_2006_8_10", "answerKey": "3",  # a few ARC r
                 "question": "Which process is responsible for the formation of sedimentary rock?",
                 "choices": {"text": ["melting", "cooling of magma", "compaction and cementation", "heat and pressure"],
                             "label": ["1", "2", "3", "4"]}}
-WMT = {"translation": {"de": "Wiederaufnahme der Sitzungsperiode", "en": "Resumption of the session"}}  # wmt14 de-en
+WMT = {"translation": {"de": "Die Katze schläft.", "en": "The cat is sleeping."}}  # the wmt14 de-en shape
 TRL_PROMPT = {"prompt": [{"content": "Natalia sold clips to 48 of her friends in April, and then she sold half as "  # TRL
                                      "many clips in May. How many clips did Natalia sell altogether?", "role": "user"}],
               "answer": "72"}
@@ -161,12 +161,12 @@ def test_arc_choices_are_lettered_in_order_and_the_answer_key_becomes_a_letter(r
 
 def test_wmt_pair_into_english_by_default_or_from_the_task_options():
     row = adapt_row(WMT, "wmt")  # de-en: German into English
-    assert row["prompt"] == "Translate the following text from German into English:\n\nWiederaufnahme der Sitzungsperiode"
-    assert row["references"] == ["Resumption of the session"] and row["answer"] == "Resumption of the session"
+    assert row["prompt"] == "Translate the following text from German into English:\n\nDie Katze schläft."
+    assert row["references"] == ["The cat is sleeping."] and row["answer"] == "The cat is sleeping."
     assert row["translation"] == WMT["translation"]
     back = adapt_row(WMT, "wmt", {"source_lang": "en", "tokenizer_path": "/x"})  # the other key is the target
-    assert back["prompt"].endswith("from English into German:\n\nResumption of the session")
-    assert back["references"] == ["Wiederaufnahme der Sitzungsperiode"]
+    assert back["prompt"].endswith("from English into German:\n\nThe cat is sleeping.")
+    assert back["references"] == ["Die Katze schläft."]
     assert adapt_row(WMT, "wmt", {"target_lang": "de"})["references"] == back["references"]
     three = {"translation": {"cs": "Dobré ráno", "de": "Guten Morgen", "en": "Good morning"}}
     row = adapt_row(three, "wmt", {"source_lang": "cs", "target_lang": "de"})
@@ -178,7 +178,7 @@ def test_wmt_pair_into_english_by_default_or_from_the_task_options():
 def test_a_task_option_reaches_the_wmt_rows_through_the_task():
     task = get_task("jsonl", source_lang="en", tokenizer_path="/tok")
     assert tasks_lib.row_options(task) == {"source_lang": "en", "target_lang": ""}
-    assert adapt_row(WMT, "wmt", tasks_lib.row_options(task))["answer"] == "Wiederaufnahme der Sitzungsperiode"
+    assert adapt_row(WMT, "wmt", tasks_lib.row_options(task))["answer"] == "Die Katze schläft."
     assert tasks_lib.row_options(get_task("arithmetic")) == {}
 
 
@@ -352,7 +352,7 @@ def test_public_shapes_through_the_loader(tmp_path):
     rows, _, report = load(write_rows(tmp_path / "arc.jsonl", [ARC, ARC_NUMBERED]))
     assert report["format"] == "arc" and [r["answer"] for r in rows] == ["A", "C"]
     rows, _, report = load(write_rows(tmp_path / "wmt.jsonl", [WMT, WMT]))
-    assert report["format"] == "wmt" and rows[0]["references"] == ["Resumption of the session"]
+    assert report["format"] == "wmt" and rows[0]["references"] == ["The cat is sleeping."]
     rows, _, report = load(write_rows(tmp_path / "trl.jsonl", [TRL_PROMPT]), tokenizer=ChatMLChars())
     assert report["format"] == NATIVE and rows[0]["prompt"] == f"[user]{TRL_PROMPT['prompt'][0]['content']}\n[assistant]"
     bad = write_rows(tmp_path / "bad.jsonl", [WMT, {"translation": {"de": "Hallo", "fr": "Salut"}}])

@@ -165,3 +165,9 @@ def test_a_study_killed_mid_run_resumes_with_the_same_command(tmp_path):
     assert all(r["grad_norm"] > 0 for r in rows if "grad_norm" in r)
     results = json.loads((tmp_path / "results.json").read_text())["results"]
     assert [r["seed"] for r in results["grpo"]] == [0] and [r["seed"] for r in results["gdpo"]] == [0]
+    # the resumed run's final policy moved away from the warm start it began from
+    _, params, step = load_launcher("pass_at_k").restore_policy(str(tmp_path / "gdpo" / "seed0"),
+                                                                str(tmp_path / "scratch"))
+    start = flax.serialization.from_bytes(params, (tmp_path / "warm_start" / "seed0" / "warm_start.msgpack").read_bytes())
+    assert step == 30 and any(not np.array_equal(np.asarray(a), np.asarray(b))
+                              for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(start), strict=True))
