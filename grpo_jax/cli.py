@@ -17,6 +17,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from grpo_jax.config import TrainConfig, UserError, from_dict, override  # UserError: re-exported here
+from grpo_jax.provenance import checkout_mismatch
 
 DEBUG_ENV = "GRPO_JAX_DEBUG"  # =1: tracebacks for user errors too (as --debug)
 
@@ -115,6 +116,9 @@ def parse_args(argv=None, *, description: str = "", get_config=None):
                     help="studies only: rebuild results.md / results.json / plots from the runs already in --out "
                          "(e.g. after training seeds in separate processes with --seeds)")
     args = ap.parse_args(argv)
+    script = getattr(sys.modules.get(getattr(get_config, "__module__", "")), "__file__", None)
+    if script and (why := checkout_mismatch(script)):
+        raise UserError(why)
     cfg = get_config(smoke=args.smoke) if get_config else TrainConfig()
     if args.config:
         cfg = load_config(args.config)

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import hashlib
 import importlib.metadata
+import importlib.util
 import json
 import os
 import platform
 import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -218,3 +220,30 @@ def test_smoke_run_logs_reasons_every_step_and_in_samples(run):
         assert (s["reasons"]["math"] == "correct") == (s["rewards"]["math"] == 1.0)
         assert (s["reasons"]["format"] == "ok") == (s["rewards"]["format"] == 1.0)
         assert s["reasons"]["length"] == "ok"
+
+
+def test_a_launcher_from_another_checkout_is_refused(tmp_path):
+    """A launcher inside a checkout with its own grpo_jax/ (e.g. a worktree of an older commit) while grpo_jax is
+    imported from elsewhere would train with the other code and record the other commit: parse_args refuses it
+    with the PYTHONPATH that fixes it. This repo's own launchers and scripts outside any checkout pass."""
+    from grpo_jax.cli import parse_args
+    from grpo_jax.config import UserError
+
+    other = tmp_path / "worktree"
+    (other / "grpo_jax").mkdir(parents=True)
+    (other / "experiments").mkdir()
+    launcher = other / "experiments" / "study.py"
+    launcher.write_text("from grpo_jax.config import TrainConfig\n\n\ndef get_config(smoke=False):\n"
+                        "    return TrainConfig()\n")
+    spec = importlib.util.spec_from_file_location("worktree_launcher", launcher)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    sys.modules["worktree_launcher"] = module
+    try:
+        with pytest.raises(UserError, match=f"PYTHONPATH={other}"):
+            parse_args([], get_config=module.get_config)
+    finally:
+        del sys.modules["worktree_launcher"]
+    assert provenance.checkout_mismatch(str(launcher)) is not None
+    assert provenance.checkout_mismatch(os.path.join(ROOT, "experiments", "countdown.py")) is None
+    assert provenance.checkout_mismatch(str(tmp_path / "alone.py")) is None  # no grpo_jax/ beside its folder
