@@ -2,7 +2,8 @@
 two optimizer updates per rollout), with no control against the controls that claim to prevent it, and the
 pause-and-rollback recovery taken apart.
 
-    python experiments/entropy_collapse.py --jobs 2            # the default arms -> runs/entropy_collapse/results.md
+    python experiments/entropy_collapse.py --jobs 2            # the pre-registered arms and seeds 301-308
+    python experiments/entropy_collapse.py --jobs 2 --arms pause_rollback,fixed_recovery,lr_at_alarm --seeds 301,302,303
     python experiments/entropy_collapse.py --arms none,clip_cov --seeds 3
     python experiments/entropy_collapse.py --smoke             # seconds; what the tests run
 
@@ -14,12 +15,14 @@ GRPO steps at lr LR with MINIBATCHES optimizer updates per rollout (so the proba
 clipping controls act), the task's rewards (correct + format). Evaluation on N_EVAL held-out problems: greedy
 every EVAL_EVERY steps, EVAL_SAMPLES samples per problem at T = 1 at the start and the end.
 
-Arms: `none`; `null` (`none` with only its rollout key changed: the noise floor); the controls
+Arms run by default (experiments/results/entropy_collapse/PREREGISTERED.md): `none`, `null` (`none` with only its
+rollout key changed: the noise floor) and the PRIMARY controls `kl_ref` and `entropy_bonus_warmup`; every other
+arm runs by name (exploratory). The controls
 `entropy_bonus_warmup`, `adaptive_coef`, `adaptive_temperature`, `clip_higher`, `clip_cov`, `kl_cov`,
 `top_entropy` (policy loss on the top 20% tokens by entropy), `kl_ref` (KL to the warm start); `lower_lr` (the
 cause removed, a tenth of LR). Pause and rollback, ablated (the alarm watches reasoning-token entropy at T = 1,
 ALARM_FRAC of its first value for ALARM_PATIENCE steps): `pause_rollback` (pause, roll back to the checkpoint
-before the trouble, recovery RECOVERY = a control plus an lr cut), `pause_continue` (pause, go on from the paused
+before the trouble, recovery = RECOVERY_CONTROL (`kl_ref`'s KL) plus the lr halved), `pause_continue` (pause, go on from the paused
 step with the same recovery: no rollback), `fixed_recovery` (the recovery from step FIXED_AT, no alarm),
 `lr_at_alarm` (pause, go on with the lr cut alone: no control, no rollback).
 
@@ -48,7 +51,7 @@ LR_LOW = 4e-5  # lower_lr: the cause removed
 MINIBATCHES = 2  # optimizer updates per rollout
 STEPS = 200
 EVAL_EVERY = 50
-N_EVAL = 1000
+N_EVAL = 500
 EVAL_SAMPLES = 16
 CHECKPOINT_EVERY = 25  # the rollback needs a checkpoint from before the trouble
 TOP_ENTROPY = 0.2
@@ -56,8 +59,10 @@ COV_RATIO = 0.002
 BETA_KL = 0.1
 REASONING_ENTROPY = "entropy_t1/reasoning/mean"
 ALARM_FRAC, ALARM_PATIENCE = 0.5, 5
-FIXED_AT = 100  # fixed_recovery's step
-RECOVERY_CONTROL = ("temperature.mode=adaptive", "temperature.entropy_floor=0.15", "temperature.max_temp=1.5")
+FIXED_AT = 50  # fixed_recovery's step: near where the alarm would fire on the exploration seed (`none`, step 43)
+ADAPTIVE_TEMPERATURE = ("temperature.mode=adaptive", "temperature.entropy_floor=0.15", "temperature.max_temp=1.5")
+KL_REF = (f"loss.beta={BETA_KL}",)
+RECOVERY_CONTROL = KL_REF  # the control a recovery switches on: a primary control
 RECOVERY_LR = LR / 2
 QUIET_ALARMS = ("monitor.collapse_action=warn", "monitor.rules=[]")  # after a recovery: no second pause
 DIMS = ("countdown", "format")
@@ -86,13 +91,13 @@ def arms(smoke: bool = False) -> dict:
         "entropy_bonus_warmup": Arm(("entropy.mode=warmup", "entropy.coef=0.01", "entropy.warmup_steps=50")),
         "adaptive_coef": Arm(("entropy.mode=adaptive", "entropy.coef=0.005", "entropy.target_entropy=0.3",
                               "entropy.max_coef=0.05", "entropy.adapt_rate=0.05")),
-        "adaptive_temperature": Arm(RECOVERY_CONTROL),
+        "adaptive_temperature": Arm(ADAPTIVE_TEMPERATURE),
         "clip_higher": Arm(("loss.eps_high=0.28",)),
         # the papers' ratios select one token of the ~5,000 per update here: both at 0.002 (about 10 tokens)
         "clip_cov": Arm(("loss.policy_loss=clip_cov", f"loss.clip_cov_ratio={COV_RATIO}")),
         "kl_cov": Arm(("loss.policy_loss=kl_cov", f"loss.kl_cov_ratio={COV_RATIO}")),
         "top_entropy": Arm((f"loss.top_entropy_quantile={TOP_ENTROPY}",)),
-        "kl_ref": Arm((f"loss.beta={BETA_KL}",)),
+        "kl_ref": Arm(KL_REF),
         "lower_lr": Arm((f"optim.lr={LR_LOW}",)),
         "pause_rollback": Arm(alarm, on_pause=(*QUIET_ALARMS, *RECOVERY_CONTROL, *LR_CUT)),
         "pause_continue": Arm(alarm, on_pause=(*QUIET_ALARMS, *RECOVERY_CONTROL, *LR_CUT), pause_resume=True),
@@ -101,10 +106,20 @@ def arms(smoke: bool = False) -> dict:
     }
 
 
-ARMS, SMOKE_ARMS = arms(), arms(smoke=True)
 CONTROLS = ("entropy_bonus_warmup", "adaptive_coef", "adaptive_temperature", "clip_higher", "clip_cov", "kl_cov",
             "top_entropy", "kl_ref")
+PRIMARY = ("kl_ref", "entropy_bonus_warmup")  # the pre-registered controls (experiments/results/entropy_collapse/PREREGISTERED.md)
 PAUSE_ARMS = ("pause_rollback", "pause_continue", "fixed_recovery", "lr_at_alarm")
+SEEDS = (301, 302, 303, 304, 305, 306, 307, 308)  # confirmatory, fixed in PREREGISTERED.md before they ran
+
+
+def split(all_arms: dict) -> tuple[dict, dict]:
+    """(the arms run by default: `none`, `null` and the primary controls; the rest, run by name: exploratory)."""
+    main = ("none", "null", *PRIMARY)
+    return {a: all_arms[a] for a in main}, {a: v for a, v in all_arms.items() if a not in main}
+
+
+(ARMS, EXTRA_ARMS), (SMOKE_ARMS, SMOKE_EXTRA_ARMS) = split(arms()), split(arms(smoke=True))
 
 
 def get_config(smoke: bool = False) -> TrainConfig:
@@ -151,24 +166,26 @@ COLLAPSED = 0.2  # `none`'s reasoning entropy ends under this fraction of its st
 CONTROLS_NEEDED = 2
 
 
-def verdict(results: dict, passk: dict, greedy: dict) -> dict:
+def verdict(results: dict, passk: dict, greedy: dict, controls=PRIMARY) -> dict:
     """The acceptance from the figures and the comparisons with `none` (`compare_seeds` on passk_t1_final and
     greedy_final): collapse (`none` ends under COLLAPSED x its reasoning entropy on every seed and its pass@k
-    below its warm start's); the controls (not `lower_lr`, not the pause arms) that win on pass@k (`verdict` ==
-    "win") with a greedy difference no lower than minus the null arm's spread (the greedy noise floor); at least
-    CONTROLS_NEEDED are needed."""
+    below its warm start's); the `controls` (the pre-registered ones) that win on pass@k (`verdict` == "win")
+    with a greedy difference no lower than minus the null arm's spread (the greedy noise floor); at least
+    CONTROLS_NEEDED are needed. Other controls that pass the same rule are listed as `exploratory` (fewer seeds,
+    no claim); `lower_lr` and the pause arms never count."""
     none = results.get("none", [])
     out = {"none_ratio": {r["seed"]: r["entropy_ratio"] for r in none}}
     out["collapse"] = bool(none) and all(r["entropy_ratio"] < COLLAPSED and r["passk_t1_final"] < r["passk_t1_start"]
                                          for r in none)
     floor = (greedy.get("noise_floor") or {}).get("floor")
-    held = []
-    for arm in CONTROLS:
+
+    def held(arm: str) -> bool:
         p, g = passk.get("arms", {}).get(arm), greedy.get("arms", {}).get(arm)
-        if p and g and floor is not None and p["verdict"] == "win" and g["diff"]["diff"] >= -floor:
-            held.append(arm)
-    out["controls"] = held
-    out["holds"] = out["collapse"] and len(held) >= CONTROLS_NEEDED
+        return bool(p and g and floor is not None and p["verdict"] == "win" and g["diff"]["diff"] >= -floor)
+
+    out["controls"] = [a for a in controls if held(a)]
+    out["exploratory"] = [a for a in CONTROLS if a not in controls and held(a)]
+    out["holds"] = out["collapse"] and len(out["controls"]) >= CONTROLS_NEEDED
     return out
 
 
@@ -176,11 +193,13 @@ def verdict(results: dict, passk: dict, greedy: dict) -> dict:
 def main(argv=None) -> dict:
     run = launch(argv, doc=__doc__, get_config=get_config, arms=ARMS, smoke_arms=SMOKE_ARMS,
                  default_out="runs/entropy_collapse", summarize=summarize, warm=presets.COUNTDOWN_SFT,
-                 smoke_warm=presets.COUNTDOWN_SFT_SMOKE, warm_seed_default=-1)
+                 smoke_warm=presets.COUNTDOWN_SFT_SMOKE, extra_arms=EXTRA_ARMS, smoke_extra_arms=SMOKE_EXTRA_ARMS,
+                 warm_seed_default=-1, default_seeds=SEEDS)
     cfg, out, arms, study = run.cfg, run.out, run.arms, run.study
     others = [a for a in arms if a not in ("none", "null")]
+    family = len(PRIMARY)  # the pre-registered comparisons
     passk, greedy, *rest = [compare_seeds(study["results"], baseline="none", metric=m, null="null", arms=others,
-                                          family=len(CONTROLS))
+                                          family=family)
                             for m in ("passk_t1_final", "greedy_final", "pass1_t1_final", "entropy_final",
                                       "distinct_correct_final")]
     study["verdict"] = verdict(study["results"], passk, greedy)

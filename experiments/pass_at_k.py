@@ -33,7 +33,7 @@ import numpy as np
 from grpo_jax import checkpoint as ckpt_lib
 from grpo_jax import evaluation, experience, presets
 from grpo_jax.cli import load_config
-from grpo_jax.config import override
+from grpo_jax.config import TrainConfig, from_dict, override
 from grpo_jax.fileio import atomic_write_text
 from grpo_jax.runlog import read_jsonl
 from grpo_jax.study import kept_warm_start
@@ -65,13 +65,15 @@ def _scratch_trainer(cfg, scratch: str) -> Trainer:
 
 
 def restore_policy(run_dir: str, scratch: str) -> tuple[Trainer, object, int]:
-    """(a trainer built from the run's config.json in the folder `scratch`, holding the run's newest good
-    checkpoint; that checkpoint's policy params; its step). The run folder is only read."""
-    trainer = _scratch_trainer(load_config(os.path.join(run_dir, "config.json")), scratch)
-    target = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), trainer.state,
-                          trainer.state_shardings)
+    """(a trainer built in the folder `scratch` from the config the run's newest checkpoint was written under
+    (a recovery switched on mid-run, e.g. a KL reference, changes the state that config.json describes),
+    holding that checkpoint; its policy params; its step). The run folder is only read."""
     with ckpt_lib.Checkpointer(os.path.join(run_dir, "checkpoints")) as ckpt:
-        trainer.state, _, step = ckpt.restore(target)
+        meta = ckpt.read_meta()
+        trainer = _scratch_trainer(from_dict(TrainConfig, meta["config"]), scratch)
+        target = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), trainer.state,
+                              trainer.state_shardings)
+        trainer.state, _, step = ckpt.restore(target, step=meta["step"])
     return trainer, trainer.policy_params(), step
 
 

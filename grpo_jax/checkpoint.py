@@ -275,15 +275,17 @@ class Checkpointer:
                 tmp.get().rmtree(missing_ok=True)
 
     # ------------------------------------------------------------------ restore
-    def restore(self, target, *, step: int | None = None) -> tuple[Any, dict, int]:
+    def restore(self, target, *, step: int | None = None, may_lack: tuple[str, ...] = ()) -> tuple[Any, dict, int]:
         """(state, meta, step used). Restored arrays take the target leaves' shardings.
 
         `target`: the state's structure with jax.ShapeDtypeStruct (carrying .sharding) or jax.Array leaves;
         shapes and dtypes must match the checkpoint exactly. step=None: the newest good step, warning about
-        each newer one that is unusable; an explicit step that is unusable raises.
+        each newer one that is unusable; an explicit step that is unusable raises. `may_lack`: fields of a
+        dataclass target that a checkpoint may hold nothing of (e.g. a KL reference switched on after it was
+        written); such a field comes back empty ({}) for the caller to fill.
         """
         abstract = jax.tree_util.tree_map_with_path(_abstract_leaf, target)
-        (state, meta), used = self._newest_good(step, lambda s: self._restore_step(s, abstract))
+        (state, meta), used = self._newest_good(step, lambda s: self._restore_step(s, abstract, may_lack))
         return state, meta, used
 
     def read_meta(self, step: int | None = None) -> dict:
@@ -338,8 +340,11 @@ class Checkpointer:
             raise _BadStep(f"checkpoint step {step} in {self.directory}: meta checksum mismatch")
         return meta
 
-    def _restore_step(self, step: int, abstract) -> tuple[Any, dict]:
+    def _restore_step(self, step: int, abstract, may_lack: tuple[str, ...] = ()) -> tuple[Any, dict]:
         record = self._load_record(step)
+        absent = [f for f in may_lack if not any(k.startswith(f".{f}[") or k == f".{f}" for k in record["leaves"])]
+        if absent:
+            abstract = abstract.replace(**{f: {} for f in absent})
         problems = _target_problems(abstract, record["leaves"])
         if problems:  # the caller's target is wrong; an older step would not fix that
             raise CheckpointError(f"restore target does not match checkpoint step {step} in {self.directory}:\n  "

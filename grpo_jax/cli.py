@@ -17,7 +17,6 @@ import sys
 from collections.abc import Callable, Sequence
 
 from grpo_jax.config import TrainConfig, UserError, from_dict, override  # UserError: re-exported here
-from grpo_jax.provenance import checkout_mismatch
 
 DEBUG_ENV = "GRPO_JAX_DEBUG"  # =1: tracebacks for user errors too (as --debug)
 
@@ -82,6 +81,21 @@ def load_config(path: str) -> TrainConfig:
         return from_dict(TrainConfig, raw)
     except ValueError as e:
         raise ValueError(f"--config {path}: {e}") from None
+
+
+_CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the folder holding this grpo_jax/
+
+
+def checkout_mismatch(script: str) -> str | None:
+    """Why a launcher must not run, or None: `script` lies in a checkout with its own grpo_jax/ while the
+    grpo_jax imported is another (an editable install of a different folder), so the run would train with the
+    other checkout's code and record that checkout's commit. A worktree of a pre-registration commit run with
+    the main checkout installed is the case this catches. A script outside any checkout is never refused."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(script)))
+    if not os.path.isdir(os.path.join(root, "grpo_jax")) or os.path.samefile(root, _CHECKOUT):
+        return None
+    return (f"{script} belongs to the checkout {root}, but grpo_jax is imported from {_CHECKOUT}: the run "
+            f"would train with that other checkout's code. Run it as PYTHONPATH={root} python ...")
 
 
 def parse_args(argv=None, *, description: str = "", get_config=None):

@@ -75,18 +75,6 @@ def git_state(directory: str = _PACKAGE_DIR) -> dict[str, Any]:
     return {"commit": commit, "dirty": dirty}
 
 
-def checkout_mismatch(script: str) -> str | None:
-    """Why a launcher must not run, or None: `script` lies in a checkout with its own grpo_jax/ while the
-    grpo_jax imported is another (an editable install of a different folder), so the run would train with the
-    other checkout's code and record that checkout's commit. A worktree of a pre-registration commit run with
-    the main checkout installed is the case this catches. A script outside any checkout is never refused."""
-    root = os.path.dirname(os.path.dirname(os.path.abspath(script)))
-    if not os.path.isdir(os.path.join(root, "grpo_jax")) or os.path.samefile(root, _PACKAGE_DIR):
-        return None
-    return (f"{script} belongs to the checkout {root}, but grpo_jax is imported from {_PACKAGE_DIR}: the run "
-            f"would train with that other checkout's code. Run it as PYTHONPATH={root} python ...")
-
-
 def source_digest(root: str = os.path.join(_PACKAGE_DIR, "grpo_jax")) -> str:
     """sha256 of the .py sources under `root` (paths and contents, in sorted order): what `git_state`'s dirty
     flag cannot tell apart, e.g. whether a cached artifact was made by this exact code."""

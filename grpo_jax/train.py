@@ -68,6 +68,7 @@ class Trainer:
             tune_host_allocator()  # process-wide, idempotent: XLA:CPU's big buffers reused, not re-faulted
             provenance.result_provenance()  # read now, at the start: the report carries the code that ran
             self._build()
+            self._restore_notes: list[tuple[str, dict]] = []  # what a restore changed, logged once the logs open
             start = self._restore(rollback_to) if (resume or rollback_to is not None) else None
             self._open_logs(start, quiet=quiet, rollback=rollback_to is not None, resume=resume)
         except BaseException:
@@ -122,14 +123,14 @@ class Trainer:
         # a fresh run: what _fresh_start found, and which of its settings act on (almost) nothing
         notes = ([*self._fresh_start(resume=resume), *(("inert_setting", {"message": m}) for m in inert_settings(cfg)),
                   *(("lora_off", {"message": m}) for m in [lora_note(cfg)] if m)]
-                 if start is None else [])
+                 if start is None else self._restore_notes)
         pid = jax.process_index()
         log_dir = out_dir if pid == 0 else tempfile.mkdtemp(prefix=f"grpo-jax-process-{pid}-")
         self.logger = runlog.RunLogger(log_dir, total_steps=cfg.steps, tensorboard=cfg.logging.tensorboard,
                                        progress=cfg.logging.progress and not quiet and log_dir == out_dir,
                                        resume_step=start)
         for kind, info in notes:
-            self.logger.event(0, kind, **info)
+            self.logger.event(start or 0, kind, **info)
             warnings.warn(info["message"], RuntimeWarning, stacklevel=3)
         if rollback:
             self.logger.event(start, "rollback", to_step=start, config=to_dict(cfg))
@@ -207,7 +208,13 @@ class Trainer:
             return None
         target = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), self.state,
                               self.state_shardings)
-        state, meta, step = self.ckpt.restore(target, step=rollback_to)
+        state, meta, step = self.ckpt.restore(target, step=rollback_to, may_lack=("ref_params",))
+        if jax.tree_util.tree_leaves(self.state.ref_params) and not jax.tree_util.tree_leaves(state.ref_params):
+            # written while loss.beta was 0 (a KL switched on at a rollback): the reference is the policy restored
+            state = state.replace(ref_params=jax.tree.map(jnp.copy, state.params))
+            self._restore_notes.append(("kl_reference", {
+                "message": f"checkpoint step {step} holds no KL reference (loss.beta was 0 when it was written): the "
+                           f"KL reference is the policy of step {step}"}))
         ckpt_lib.check_compatible(meta["config"], to_dict(self.cfg), RESUME_CRITICAL, defaults=to_dict(TrainConfig()))
         mismatch = runlog.logs_mismatch(self.out_dir, step, meta, critical=RESUME_CRITICAL)
         if mismatch:  # refused before anything in the folder changes

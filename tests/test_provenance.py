@@ -226,7 +226,7 @@ def test_a_launcher_from_another_checkout_is_refused(tmp_path):
     """A launcher inside a checkout with its own grpo_jax/ (e.g. a worktree of an older commit) while grpo_jax is
     imported from elsewhere would train with the other code and record the other commit: parse_args refuses it
     with the PYTHONPATH that fixes it. This repo's own launchers and scripts outside any checkout pass."""
-    from grpo_jax.cli import parse_args
+    from grpo_jax.cli import checkout_mismatch, parse_args
     from grpo_jax.config import UserError
 
     other = tmp_path / "worktree"
@@ -244,6 +244,6 @@ def test_a_launcher_from_another_checkout_is_refused(tmp_path):
             parse_args([], get_config=module.get_config)
     finally:
         del sys.modules["worktree_launcher"]
-    assert provenance.checkout_mismatch(str(launcher)) is not None
-    assert provenance.checkout_mismatch(os.path.join(ROOT, "experiments", "countdown.py")) is None
-    assert provenance.checkout_mismatch(str(tmp_path / "alone.py")) is None  # no grpo_jax/ beside its folder
+    assert checkout_mismatch(str(launcher)) is not None
+    assert checkout_mismatch(os.path.join(ROOT, "experiments", "countdown.py")) is None
+    assert checkout_mismatch(str(tmp_path / "alone.py")) is None  # no grpo_jax/ beside its folder

@@ -35,7 +35,10 @@ def _entropy_judge(results):
     arms = [a for a in results if a not in ("none", "null")]
     passk, greedy = (study.compare_seeds(results, baseline="none", metric=m, null="null", arms=arms, family=8)
                      for m in ("passk_t1_final", "greedy_final"))
-    return entropy_verdict(results, passk, greedy)
+    return entropy_verdict(results, passk, greedy, controls=CONTROLS)
+
+
+CONTROLS = ("clip_cov", "kl_cov", "kl_ref", "top_entropy")  # the controls these synthetic studies register
 
 
 def test_entropy_verdict_needs_collapse_and_two_controls_that_win_on_pass_at_k():
@@ -44,6 +47,16 @@ def test_entropy_verdict_needs_collapse_and_two_controls_that_win_on_pass_at_k()
     # greedy -0.05 is below -0.0184; lower_lr wins but is the cause removed, not a control
     assert v["collapse"] and v["none_ratio"] == {s: 0.1 for s in range(4)}
     assert v["controls"] == ["clip_cov", "kl_cov"] and v["holds"]
+
+
+def test_entropy_verdict_counts_only_the_registered_controls():
+    """A control outside the registered ones that passes the rule is listed as exploratory and never counts."""
+    results = _entropy_results()
+    passk, greedy = (study.compare_seeds(results, baseline="none", metric=m, null="null",
+                                         arms=[a for a in results if a not in ("none", "null")], family=2)
+                     for m in ("passk_t1_final", "greedy_final"))
+    v = entropy_verdict(results, passk, greedy, controls=("clip_cov", "top_entropy"))
+    assert v["controls"] == ["clip_cov"] and v["exploratory"] == ["kl_cov"] and not v["holds"]
 
 
 def test_entropy_verdict_fails_without_collapse_or_controls():

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 
+import jax
 import numpy as np
 import pytest
 
@@ -83,6 +84,27 @@ def test_rollback_restarts_from_the_chosen_step_and_marks_the_branch(tmp_path):
     archived = read_jsonl(str(tmp_path / "branches" / branches[0] / "metrics.jsonl"))
     assert archived == before
     assert sorted(os.listdir(tmp_path / "branches" / branches[0] / "checkpoints")) == ["3", "4"]
+
+
+def test_a_kl_switched_on_at_a_rollback_takes_the_restored_policy_as_its_reference(tmp_path):
+    """Checkpoints written with loss.beta = 0 hold no KL reference; a rollback that switches the KL on anchors it
+    to the policy it restores (said once in events.jsonl) and trains with it: a real update moves the policy
+    away from that reference, which stays fixed."""
+    cfg = tiny_config("steps=3", "checkpoint.keep_last=5")
+    train.Trainer(cfg, str(tmp_path), quiet=True).run()
+    tr = train.Trainer(override(cfg, ["loss.beta=0.1"]), str(tmp_path), rollback_to=1, quiet=True)
+    restored = jax.tree.map(np.asarray, tr.state.params)
+    ref = jax.tree.map(np.asarray, tr.state.ref_params)
+    assert jax.tree.all(jax.tree.map(np.array_equal, ref, restored))
+    notes = [e for e in read_jsonl(str(tmp_path / "events.jsonl")) if e["kind"] == "kl_reference"]
+    assert len(notes) == 1 and notes[0]["step"] == 1 and "policy of step 1" in notes[0]["message"]
+    m = tr.step_once().metrics
+    assert m["grad_norm"] > 0
+    moved = max(float(np.abs(np.asarray(a) - b).max()) for a, b in
+                zip(jax.tree.leaves(tr.state.params), jax.tree.leaves(restored)))
+    assert moved > 0
+    assert jax.tree.all(jax.tree.map(np.array_equal, jax.tree.map(np.asarray, tr.state.ref_params), ref))
+    tr.release_lock()
 
 
 def test_dynamic_sampling_uses_zero_variance_groups_only_as_filler(tmp_path):
