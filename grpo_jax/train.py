@@ -108,6 +108,9 @@ class Trainer:
         self.state = initial_state(cfg, model_cfg, params, self.optimizer,
                                    jax.random.fold_in(self.run_key, INIT_KEY_FOLD), mesh=self.mesh)
         self.state_shardings = jax.tree.map(lambda x: x.sharding, jax.jit(lambda s: s)(self.state))
+        # the state as train_step returns it (a jit output's spec is normalised, P(None, None) -> P(), and the
+        # optimizer's step count committed): step 1's input then has step 2's signature, one compilation
+        self.state = jax.device_put(self.state, self.state_shardings)
         # LoRA: the merged policy, laid out as the base (update.policy_params; unused state leaves are pruned)
         self._merged = jax.jit(lambda st: policy_params(model_cfg, cfg, st), out_shardings=self.state_shardings.base)
         self.train_step = jax.jit(make_train_step(model_cfg, cfg, self.optimizer),

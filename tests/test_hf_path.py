@@ -91,3 +91,31 @@ def test_manifest_lists_every_reward_with_its_version_and_the_data_report_counts
     assert clean["findings"] == {"instruction_override": 1, "reward_channel": 1}
     assert clean["examples"][0]["row"].endswith("train.jsonl:1") and clean["examples"][0]["outcome"] == "cleaned"
     assert data["chat"]["rendered_train_rows"] == 25 and data["chat"]["mode"] == "always"
+
+
+def test_three_steps_of_the_smoke_compile_the_update_once(tmp_path, caplog):
+    """The state enters train_step laid out as train_step returns it, so steps 2 and 3 reuse step 1's
+    executable: jax's compile log names train_step once over three real steps (before the layout fix the
+    initial P(None, None) specs and the uncommitted optimizer count compiled it a second time at step 2)."""
+    import logging
+
+    from grpo_jax.config import override
+    from grpo_jax.train import Trainer
+    from tests.launchers import load_launcher
+
+    hf_math = load_launcher("hf_math")
+    p = hf_math.make_smoke_assets(str(tmp_path / "assets"))
+    cfg = override(hf_math.get_config(True), [
+        f"model.hf_path={p['ckpt']}", f"task.train_path={p['train']}", f"task.eval_path={p['test']}", "steps=3",
+        "logging.eval_every=0", "checkpoint.every=0", "checkpoint.export_hf=false",
+        "task.options=" + json.dumps({"tokenizer_path": p["ckpt"]})])
+    trainer = Trainer(cfg, str(tmp_path / "run"), quiet=True)
+    grad_norms = []
+    with caplog.at_level(logging.WARNING), jax.log_compiles():
+        for _ in range(3):
+            grad_norms.append(trainer.step_once().metrics["grad_norm"])
+    trainer.release_lock()
+    _assert_real_signal(grad_norms)
+    compiles = [r.getMessage() for r in caplog.records if "train_step" in r.getMessage()
+                and r.getMessage().startswith("Compiling")]
+    assert len(compiles) == 1, compiles

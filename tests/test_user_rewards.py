@@ -207,3 +207,51 @@ def test_a_user_reward_module_is_imported_again_by_a_fresh_process(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads(done.stdout.strip().splitlines()[-1]) == [
         ["math", "5"], ["my_rewards:brevity", "1"], ["my_rewards:contains_answer", "1"]]
+
+
+@pytest.mark.slow
+def test_a_run_with_a_user_reward_killed_mid_run_resumes_in_a_new_process_and_exports(tmp_path):
+    """The user's path end to end in separate processes: `python -m grpo_jax.train` with a reward and a task
+    from outside the package is killed (SIGKILL) after a checkpoint, a new process resumes it with --resume,
+    trains on with a real gradient, and the export reads the run back; the manifest of each start lists the
+    user reward with its version."""
+    import signal
+    import subprocess
+    import time
+
+    from tests.test_train import _run
+
+    out = tmp_path / "run"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([EXAMPLES, ROOT]))
+    args = ("task.name=my_task:subtraction", "task.options.digits=2", "rewards.specs=" + json.dumps(USER_SPECS),
+            "checkpoint.every=1", "checkpoint.keep_last=3", "logging.eval_every=0")
+    proc = subprocess.Popen(_run(out, "steps=500", *args), env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    ckpts = out / "checkpoints"
+    deadline = time.time() + 600
+    while time.time() < deadline and proc.poll() is None:
+        if ckpts.is_dir() and sum(p.name.isdigit() for p in ckpts.iterdir()) >= 2:
+            break
+        time.sleep(0.5)
+    assert proc.poll() is None, proc.stderr.read()[-2000:]  # still training: the kill lands mid-run
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    killed_at = max(r["step"] for r in read_jsonl(str(out / "metrics.jsonl")))
+    assert 2 <= killed_at < 500
+
+    resumed = subprocess.run(_run(out, f"steps={killed_at + 2}", *args) + ["--resume"], env=env,
+                             capture_output=True, text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    rows = read_jsonl(str(out / "metrics.jsonl"))
+    steps = [r["step"] for r in rows]
+    assert steps == sorted(set(steps)) and steps[-1] == killed_at + 2  # no step twice, none lost
+    assert all(np.isfinite(r["grad_norm"]) and r["grad_norm"] > 0 for r in rows if r["step"] > killed_at - 1)
+    manifest = json.load(open(out / "manifest.json"))
+    for record in (manifest, manifest["previous_starts"][0]):
+        assert {r["name"]: r["version"] for r in record["rewards"]}["my_rewards:brevity"] == "1"
+    assert manifest["start_step"] >= 1
+
+    exported = subprocess.run([sys.executable, "-m", "grpo_jax.export", str(out), str(tmp_path / "hf")], env=env,
+                              capture_output=True, text=True, timeout=600)
+    assert exported.returncode == 0, exported.stderr[-2000:]
+    assert (tmp_path / "hf" / "config.json").exists()
