@@ -188,6 +188,20 @@ def test_trl_conversational_prompt_is_read_as_messages():
     assert detect_format(TRL_PROMPT) == NATIVE
 
 
+@pytest.mark.parametrize("solution, answer", [
+    ("72", "72"),                                              # TRL's one-line reference answer
+    ("$\\frac{1}{2}$", "\\frac{1}{2}"),                     # LaTeX between dollars: the dollars go
+    ("Half of 48 is 24, so 48 + 24 = \\boxed{72}.", "72"),     # a worked solution: its last box
+    ("Half of 48 is 24.\nSo the total is 72.", None),          # a worked solution without a box: no answer
+    ("", None),
+])
+def test_a_trl_solution_column_gives_the_answer_when_the_row_has_none(solution, answer):
+    row = adapt_row({"prompt": TRL_PROMPT["prompt"], "solution": solution}, NATIVE)
+    assert row.get("answer") == answer and row["solution"] == solution
+    kept = adapt_row({"prompt": TRL_PROMPT["prompt"], "solution": "\\boxed{1}", "answer": "72"}, NATIVE)
+    assert kept["answer"] == "72"  # a row's own answer is never replaced
+
+
 def test_native_rows_pass_through_and_messages_are_validated():
     assert adapt_row(NATIVE_ROW, NATIVE) is NATIVE_ROW
     assert adapt_row(MESSAGES_ROW, NATIVE) is MESSAGES_ROW

@@ -23,7 +23,9 @@ Each format names the columns it reads (`a|b`: either name) and what it makes of
                                                                  as translation                translation
     prompt_answer prompt|messages [, answer, solution, ...]     the row as it is; a `prompt` that is a list
                                                                  of turns (TRL's conversational prompt) is
-                                                                 its `messages`                math
+                                                                 its `messages`; no `answer`: TRL's
+                                                                 `solution` (its last box, or a one-line
+                                                                 answer)                       math
 
 `detect_format` picks the first format of that table whose columns a row has (so a HumanEval row, which
 has a `prompt`, is not taken for a native one); the other columns of a row pass through unchanged.
@@ -303,10 +305,30 @@ def wmt_row(row: Row, *, source_lang: str = "", target_lang: str = "") -> Row:
     return _translated(row, pairs[src], [pairs[tgt]], LANGUAGE_NAMES.get(src, src), LANGUAGE_NAMES.get(tgt, tgt))
 
 
+TRL_SOLUTION_CHARS = 200  # a one-line `solution` up to this long is a final answer, longer is a worked solution
+
+
+def trl_answer(solution: Any) -> str | None:
+    """The reference answer in a TRL-style `solution` column (TRL's accuracy reward compares a completion with
+    it): the content of its last balanced \\boxed{...}, else the column itself when it is one line of at most
+    TRL_SOLUTION_CHARS characters (surrounding $ removed); None for anything else (a worked solution without a
+    box, a non-string): the row then needs an `answer`."""
+    if not isinstance(solution, str) or not solution.strip():
+        return None
+    boxes = [b for b in boxed_contents(solution) if b is not None and b.strip()]
+    if boxes:
+        return boxes[-1].strip()
+    text = solution.strip()
+    return text.strip("$").strip() or None if "\n" not in text and len(text) <= TRL_SOLUTION_CHARS else None
+
+
 def native_row(row: Row) -> Row:
     """The pipeline's own rows: a `prompt` string or a `messages` conversation (not both); the other
     fields are checked by the loader against the task's required fields. A `prompt` that is a list of turns
-    (TRL's conversational format: [{"role": "user", "content": ...}]) is read as the row's `messages`."""
+    (TRL's conversational format: [{"role": "user", "content": ...}]) is read as the row's `messages`, and a
+    row without `answer` takes it from a TRL-style `solution` (`trl_answer`)."""
+    if "answer" not in row and (answer := trl_answer(row.get("solution"))) is not None:
+        row = {**row, "answer": answer}
     if isinstance(row.get("prompt"), list):
         if "messages" in row:
             raise RowError("the row has both a conversational 'prompt' (a list of turns) and 'messages': keep one")
