@@ -160,21 +160,22 @@ def launch(argv, *, doc: str, get_config, arms: dict, default_out: str, summariz
 
 def job_splits(arms: dict, seeds: list[int], jobs: int) -> list[list[list[str]]]:
     """--jobs: what each process slot trains, as the extra arguments of the processes it runs one after
-    another. The runs (arm, seed), arm by arm, are cut into `jobs` contiguous shares whose sizes differ by at
-    most one run (13 arms x 3 seeds on 2 jobs: 20 and 19 runs, not the 21 and 18 of whole arms); a share is one
-    process per stretch of arms with the same seeds (`--arms A,B --seeds 0,1,2`). The warm start is trained once
-    per slot and then read from disk (`kept_warm_start`). Argparse keeps the last value of a repeated option, so
-    these override the parent's own --arms / --seeds."""
-    runs = [(a, s) for a in arms for s in seeds]
+    another. The runs (arm, seed), seed by seed, are cut into `jobs` contiguous shares whose sizes differ by at
+    most one run (13 arms x 3 seeds on 2 jobs: 20 and 19 runs); a share is one process per stretch of seeds with
+    the same arms (`--arms A,B --seeds 0,1`). Seed by seed, so the slots mostly need different warm starts: each
+    is trained once (`kept_warm_start`) and read from disk by any other process, and a slot rarely waits while
+    another trains the one it needs (split arm by arm, every slot would want each seed's warm start at once).
+    Argparse keeps the last value of a repeated option, so these override the parent's own --arms / --seeds."""
+    runs = [(a, s) for s in seeds for a in arms]
     n = max(1, min(jobs, len(runs)))
     sizes = [len(runs) // n + (k < len(runs) % n) for k in range(n)]
     out, at = [], 0
     for size in sizes:
         share, at = runs[at:at + size], at + size
-        # [(arm, [seeds])] in the study's order, then neighbouring arms with the same seeds share a process
-        by_arm = [(a, [s for _, s in g]) for a, g in itertools.groupby(share, key=lambda r: r[0])]
-        pieces = [([a for a, _ in g], ss) for ss, g in itertools.groupby(by_arm, key=lambda p: p[1])]
-        out.append([["--arms", ",".join(a), "--seeds", ",".join(map(str, ss))] for a, ss in pieces])
+        # [(seed, [arms])] in the study's order, then neighbouring seeds with the same arms share a process
+        by_seed = [(s, [a for a, _ in g]) for s, g in itertools.groupby(share, key=lambda r: r[1])]
+        pieces = [(aa, [s for s, _ in g]) for aa, g in itertools.groupby(by_seed, key=lambda p: p[1])]
+        out.append([["--arms", ",".join(aa), "--seeds", ",".join(map(str, ss))] for aa, ss in pieces])
     return out
 
 

@@ -29,11 +29,15 @@ def test_job_splits_cover_each_run_once_in_near_equal_shares():
     runs = [[(a, int(s)) for p in job for a in p[1].split(",") for s in p[3].split(",")] for job in jobs]
     assert all(p[0] == "--arms" and p[2] == "--seeds" for job in jobs for p in job)
     assert sorted(sum(runs, [])) == sorted((a, s) for a in arms for s in (0, 1, 2))  # every run once
-    assert [len(r) for r in runs] == [20, 19]  # 39 runs: not 21 / 18 as whole arms would split
-    # arm a6 is cut: seeds 0, 1 in the first share, 2 in the second; the rest travel as whole arms
-    first, rest = ",".join(f"a{i}" for i in range(6)), ",".join(f"a{i}" for i in range(7, 13))
-    assert jobs[0] == [["--arms", first, "--seeds", "0,1,2"], ["--arms", "a6", "--seeds", "0,1"]]
-    assert jobs[1] == [["--arms", "a6", "--seeds", "2"], ["--arms", rest, "--seeds", "0,1,2"]]
+    assert [len(r) for r in runs] == [20, 19]  # 39 runs: 13 + 7 and 6 + 13
+    # seed by seed: seed 1 is cut (arms a0-a6 in the first share, a7-a12 in the second); seeds 0 and 2 travel
+    # whole, so only seed 1's warm start is wanted by both slots
+    every = ",".join(f"a{i}" for i in range(13))
+    first, rest = ",".join(f"a{i}" for i in range(7)), ",".join(f"a{i}" for i in range(7, 13))
+    assert jobs[0] == [["--arms", every, "--seeds", "0"], ["--arms", first, "--seeds", "1"]]
+    assert jobs[1] == [["--arms", rest, "--seeds", "1"], ["--arms", every, "--seeds", "2"]]
+    four = job_splits(_arms(["none", "null", "c1", "c2"]), [1, 2, 3, 4], 2)  # a study's usual shape
+    assert four == [[["--arms", "none,null,c1,c2", "--seeds", "1,2"]], [["--arms", "none,null,c1,c2", "--seeds", "3,4"]]]
     one = job_splits(_arms(["a"]), [0, 1, 2], 2)
     assert one == [[["--arms", "a", "--seeds", "0,1"]], [["--arms", "a", "--seeds", "2"]]]
     two = job_splits(_arms(["a", "b"]), [0], 8)  # never more slots than runs
@@ -93,32 +97,33 @@ def test_warm_start_is_kept_and_reused_only_with_the_same_settings(tmp_path, mon
 def test_reward_collapse_jobs_trains_every_run_once_and_summarizes_them(tmp_path):
     restore_policy = load_launcher("pass_at_k").restore_policy
     cmd = [sys.executable, "experiments/reward_collapse.py", "--smoke", "--quiet", "--out", str(tmp_path), "--arms",
-           "grpo,gdpo,per_dim", "--seeds", "0,1", "--jobs", "2"]
+           "grpo,gdpo,per_dim", "--seeds", "0,1,2", "--jobs", "2"]
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stderr[-3000:]
     study_json = json.loads((tmp_path / "results.json").read_text())
     assert study_json["jobs"] == 2 and study_json["wall_seconds"] > 0
     assert {a: [r["seed"] for r in runs] for a, runs in study_json["results"].items()} == {
-        "grpo": [0, 1], "gdpo": [0, 1], "per_dim": [0, 1]}
+        "grpo": [0, 1, 2], "gdpo": [0, 1, 2], "per_dim": [0, 1, 2]}
     for arm in ("grpo", "gdpo", "per_dim"):
-        for seed in (0, 1):
+        for seed in (0, 1, 2):
             rows = [json.loads(line) for line in open(tmp_path / arm / f"seed{seed}" / "metrics.jsonl")]
             steps = json.loads((tmp_path / arm / f"seed{seed}" / "config.json").read_text())["steps"]
             assert max(r["step"] for r in rows) == steps > 0
             assert all(r["grad_norm"] > 0 for r in rows if "grad_norm" in r), (arm, seed)  # a gradient every step
             assert sum("grad_norm" in r for r in rows) == steps
-    # 6 runs in shares of 3: slot 0 runs grpo on seeds 0, 1 then gdpo on seed 0, slot 1 gdpo on seed 1 then per_dim
-    # on seeds 0, 1. This study gives each seed its own warm start, shared by that seed's arms: the four processes
-    # ask for one 6 times, and each of the two is trained once (the first to take its folder's lock trains it; a
-    # process wanting it meanwhile waits for the lock) and loaded the other 4 times
+    # 9 runs, seed by seed, in shares of 5 and 4: slot 0 runs seed 0's three arms, then grpo and gdpo on seed 1;
+    # slot 1 per_dim on seed 1, then seed 2's three arms. Each seed has its own warm start, shared by its arms:
+    # only seed 1's is wanted by both slots; slot 1 trains it first (the first to take its folder's lock trains
+    # it, a process wanting it meanwhile waits) and slot 0's second process loads it from disk
     logs = [(tmp_path / "jobs" / f"job{k}.log").read_text() for k in (0, 1)]
     for log in logs:
         assert log.count("$ ") == 2 and "Traceback" not in log, log[-2000:]
-    assert sum(log.count("warm start: loaded") for log in logs) == 4, [log[-2000:] for log in logs]
-    assert sorted(os.listdir(tmp_path / "warm_start")) == ["seed0", "seed1"]
-    assert "--arms gdpo --seeds 0 --jobs 1 --quiet" in out.stdout
+    assert sum(log.count("warm start: loaded") for log in logs) == 1, [log[-2000:] for log in logs]
+    assert sorted(os.listdir(tmp_path / "warm_start")) == ["seed0", "seed1", "seed2"]
+    assert "--arms grpo,gdpo --seeds 1 --jobs 1 --quiet" in out.stdout
+    assert "--arms per_dim --seeds 1 --jobs 1 --quiet" in out.stdout
     # the first run of slot 0 and the last of slot 1 ended with other params than the warm start they began from
-    for arm, seed in (("grpo", 0), ("per_dim", 1)):
+    for arm, seed in (("grpo", 0), ("per_dim", 2)):
         _, params, step = restore_policy(str(tmp_path / arm / f"seed{seed}"), str(tmp_path / f"scratch_{arm}"))
         blob = (tmp_path / "warm_start" / f"seed{seed}" / "warm_start.msgpack").read_bytes()
         start = flax.serialization.from_bytes(params, blob)
