@@ -12,9 +12,8 @@ import jax
 
 import models
 from grpo_jax import rewards as rewards_lib
-from grpo_jax.config import UserError
 from grpo_jax.cli import one_line
-from grpo_jax.config import LoraConfig, TrainConfig
+from grpo_jax.config import LoraConfig, TrainConfig, UserError
 from models.config import ModelConfig
 
 

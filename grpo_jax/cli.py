@@ -36,6 +36,12 @@ def debug_requested(argv: Sequence[str] | None = None, environ=None) -> bool:
     return "--debug" in args or value.strip().lower() not in ("", "0", "false", "no")
 
 
+def add_debug_flag(ap: argparse.ArgumentParser) -> None:
+    """--debug, read by `debug_requested`: every command line that `for_people` wraps takes it."""
+    ap.add_argument("--debug", action="store_true",
+                    help=f"show the full traceback of a config, data or folder error (also: {DEBUG_ENV}=1)")
+
+
 def one_line(error: BaseException) -> str:
     """The error's message on one line (runs of whitespace, newlines included, become one space); an error
     without a message is named by its type, and an OSError of one file reads "FILE: reason" (not "[Errno 2]
@@ -114,8 +120,7 @@ def parse_args(argv=None, *, description: str = "", get_config=None):
                     help="restart from the kept checkpoint at STEP (with --set overrides); the run log marks the "
                          "branch and the abandoned checkpoints/logs are archived under --out/branches/")
     ap.add_argument("--quiet", action="store_true", help="no progress bar")
-    ap.add_argument("--debug", action="store_true",
-                    help=f"show the full traceback of a config, data or folder error (also: {DEBUG_ENV}=1)")
+    add_debug_flag(ap)
     ap.add_argument("--seeds", default=None, metavar="S1,S2,...",
                     help="studies only: the seeds to train (default: --seed and the next two)")
     ap.add_argument("--warm-seed", type=int, default=None, metavar="W",

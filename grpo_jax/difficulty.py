@@ -21,7 +21,7 @@ import numpy as np
 from grpo_jax import build, experience, export, update
 from grpo_jax import data as data_lib
 from grpo_jax import tasks as tasks_lib
-from grpo_jax.cli import DEBUG_ENV, for_people
+from grpo_jax.cli import add_debug_flag, for_people
 from grpo_jax.config import TrainConfig, from_dict, override
 
 
@@ -65,8 +65,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--k", type=int, default=8, help="samples per prompt")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
-    ap.add_argument("--debug", action="store_true",
-                    help=f"show the full traceback of a config, data or folder error (also: {DEBUG_ENV}=1)")
+    add_debug_flag(ap)
     args = ap.parse_args(argv)
     if args.k < 1:
         ap.error(f"--k must be >= 1, got {args.k}")

@@ -52,7 +52,7 @@ import models
 from grpo_jax import checkpoint as ckpt_lib
 from grpo_jax import build, provenance, sharding, update
 from grpo_jax import tasks as tasks_lib
-from grpo_jax.cli import for_people
+from grpo_jax.cli import add_debug_flag, for_people
 from grpo_jax.config import TrainConfig, UserError, from_dict
 from grpo_jax.fileio import atomic_write_text
 from grpo_jax.tokenizer import CharTokenizer, HFTokenizer
@@ -116,9 +116,10 @@ def _swap_into_place(new: str, out: str, scratch: str) -> None:
     os.replace(new, out)
 
 
-def _assemble(out: str, fill, *, force: bool) -> dict:
-    """Run `fill(folder) -> export_info` on a hidden folder beside `out`, write its export_info.json, and
-    rename the folder into place (see the module docstring); returns export_info."""
+def _assemble(out: str, fill, *, info: dict, tokenizer, force: bool) -> dict:
+    """Run `fill(folder) -> fields` on a hidden folder beside `out`, write the tokenizer there and
+    export_info.json (format, time, `info`, `fields`, the tokenizer line), and rename the folder into place
+    (see the module docstring); returns export_info."""
     check_destination(out, force=force)
     out = os.path.abspath(out)
     parent = os.path.dirname(out)
@@ -127,7 +128,8 @@ def _assemble(out: str, fill, *, force: bool) -> dict:
     try:
         staged = os.path.join(scratch, "new")
         os.makedirs(staged)
-        info = fill(staged)
+        info = {"format": FORMAT, "exported_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **info, **fill(staged),
+                "tokenizer": _write_tokenizer(tokenizer, staged)}
         atomic_write_text(os.path.join(staged, EXPORT_INFO), json.dumps(info, indent=2, sort_keys=True))
         _swap_into_place(staged, out, scratch)
     finally:
@@ -161,11 +163,9 @@ def write_export(out: str, model_cfg: ModelConfig, params, tokenizer, *, info: d
 
     def fill(staged: str) -> dict:
         models.save_hf(model_cfg, params, staged, base_config={**_token_ids(tokenizer), **(base_config or {})})
-        return {"format": FORMAT, "exported_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **info,
-                "tokenizer": _write_tokenizer(tokenizer, staged),
-                "generation_config": copy_generation_config(base_folder, staged)}
+        return {"generation_config": copy_generation_config(base_folder, staged)}
 
-    return _assemble(out, fill, force=force)
+    return _assemble(out, fill, info=info, tokenizer=tokenizer, force=force)
 
 
 def write_adapter(out: str, model_cfg: ModelConfig, adapters, lora_cfg, tokenizer, *, info: dict,
@@ -184,11 +184,9 @@ def write_adapter(out: str, model_cfg: ModelConfig, adapters, lora_cfg, tokenize
     def fill(staged: str) -> dict:
         save_file(tensors, os.path.join(staged, ADAPTER_WEIGHTS), metadata={"format": "pt"})
         atomic_write_text(os.path.join(staged, ADAPTER_CONFIG), json.dumps(config, indent=2, sort_keys=True))
-        return {"format": FORMAT, "exported_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **info,
-                "adapter_only": True, "base_model": config["base_model_name_or_path"],
-                "tokenizer": _write_tokenizer(tokenizer, staged)}
+        return {"adapter_only": True, "base_model": config["base_model_name_or_path"]}
 
-    return _assemble(out, fill, force=force)
+    return _assemble(out, fill, info=info, tokenizer=tokenizer, force=force)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -329,7 +327,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--adapter-only", action="store_true",
                     help="a LoRA run: write the PEFT adapter (adapter_config.json + adapter_model.safetensors) "
                          "instead of the merged model")
-    ap.add_argument("--debug", action="store_true", help="show the traceback of an error (also GRPO_JAX_DEBUG=1)")
+    add_debug_flag(ap)
     args = ap.parse_args(argv)
     export = export_adapter_run if args.adapter_only else export_run
     info = export(args.run_dir, args.out, step=args.step, force=args.force)
