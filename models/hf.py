@@ -216,9 +216,15 @@ def _read_tensors(path: str) -> dict[str, np.ndarray]:
     return tensors
 
 
+def decoder_prefix(cfg: ModelConfig) -> str:
+    """The transformers name of the text decoder's module, before `layers.i.` / `embed_tokens`: Qwen2-VL's
+    decoder sits under model.language_model."""
+    return "model.language_model." if cfg.arch == "qwen2_vl" else "model."
+
+
 def hf_tensor_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
     """Expected HF tensor names and shapes (text decoder only), in torch's [out, in] layout."""
-    pre = "model.language_model." if cfg.arch == "qwen2_vl" else "model."
+    pre = decoder_prefix(cfg)
     shapes = {f"{pre}embed_tokens.weight": (cfg.vocab_size, cfg.d_model), f"{pre}norm.weight": (cfg.d_model,)}
     if not cfg.tie_embeddings:
         shapes["lm_head.weight"] = (cfg.vocab_size, cfg.d_model)
@@ -304,7 +310,7 @@ def _params_from_hf(cfg: ModelConfig, t: dict, pre: str) -> dict:
 
 def params_to_hf(cfg: ModelConfig, params: dict) -> dict[str, jnp.ndarray]:
     """Our params as HF-named tensors in torch's [out, in] layout."""
-    pre = "model.language_model." if cfg.arch == "qwen2_vl" else "model."
+    pre = decoder_prefix(cfg)
     q, kv = cfg.q_dim, cfg.kv_dim
     out = {pre + "embed_tokens.weight": params["embed"], pre + "norm.weight": params["final_norm"]}
     if not cfg.tie_embeddings:

@@ -24,8 +24,10 @@ import dataclasses
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from models.config import LORA_TARGETS, ModelConfig
+from models.hf import decoder_prefix
 from models.keys import as_typed_key
 
 TARGETS = LORA_TARGETS  # the projections an adapter can sit on (the list lives in models.config)
@@ -138,11 +140,9 @@ def peft_tensors(cfg: ModelConfig, adapters: dict) -> dict:
     `base_model.model.<the layer's transformers name>.<module>.lora_A.weight` = A^T [r, in] and `lora_B.weight`
     = B^T [out, r] (PEFT's y += scale * B(A(x)) is our x A B). The layer names are those `models.hf` writes
     (model.layers.i, or model.language_model.layers.i for Qwen2-VL's text decoder)."""
-    import numpy as np
-
     if len(adapters["layers"]) != cfg.n_layers:
         raise ValueError(f"peft_tensors: {len(adapters['layers'])} adapter layers for a model of {cfg.n_layers}")
-    prefix = "base_model.model." + ("model.language_model." if cfg.arch == "qwen2_vl" else "model.")
+    prefix = "base_model.model." + decoder_prefix(cfg)
     out = {}
     for i, layer in enumerate(adapters["layers"]):
         for target, w in layer.items():
