@@ -110,12 +110,14 @@ def test_three_steps_of_the_smoke_compile_the_update_once(tmp_path, caplog):
         "logging.eval_every=0", "checkpoint.every=0", "checkpoint.export_hf=false",
         "task.options=" + json.dumps({"tokenizer_path": p["ckpt"]})])
     trainer = Trainer(cfg, str(tmp_path / "run"), quiet=True)
+    before = [np.array(x) for x in jax.tree.leaves(trainer.state.params)]  # a copy: the update donates the state
     grad_norms = []
     with caplog.at_level(logging.WARNING), jax.log_compiles():
         for _ in range(3):
             grad_norms.append(trainer.step_once().metrics["grad_norm"])
     trainer.release_lock()
     _assert_real_signal(grad_norms)
+    assert any(not np.array_equal(a, np.asarray(b)) for a, b in zip(before, jax.tree.leaves(trainer.state.params)))
     compiles = [r.getMessage() for r in caplog.records if "train_step" in r.getMessage()
                 and r.getMessage().startswith("Compiling")]
     assert len(compiles) == 1, compiles

@@ -9,6 +9,7 @@ import os
 import sys
 import textwrap
 
+import jax
 import numpy as np
 import pytest
 
@@ -224,7 +225,7 @@ def test_a_run_with_a_user_reward_killed_mid_run_resumes_in_a_new_process_and_ex
     out = tmp_path / "run"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([EXAMPLES, ROOT]))
     args = ("task.name=my_task:subtraction", "task.options.digits=2", "rewards.specs=" + json.dumps(USER_SPECS),
-            "checkpoint.every=1", "checkpoint.keep_last=3", "logging.eval_every=0")
+            "checkpoint.every=1", "checkpoint.keep_last=5", "logging.eval_every=0")
     proc = subprocess.Popen(_run(out, "steps=500", *args), env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)
     ckpts = out / "checkpoints"
@@ -250,6 +251,12 @@ def test_a_run_with_a_user_reward_killed_mid_run_resumes_in_a_new_process_and_ex
     for record in (manifest, manifest["previous_starts"][0]):
         assert {r["name"]: r["version"] for r in record["rewards"]}["my_rewards:brevity"] == "1"
     assert manifest["start_step"] >= 1
+    # the resumed process moved the policy: its last checkpoint differs from the one it resumed from
+    _, _, resumed_from, _, _ = export.restore_policy(str(out), manifest["start_step"])
+    _, _, final, _, final_step = export.restore_policy(str(out))
+    assert final_step == killed_at + 2
+    assert any(not np.array_equal(np.asarray(a), np.asarray(b))
+               for a, b in zip(jax.tree.leaves(final), jax.tree.leaves(resumed_from), strict=True))
 
     exported = subprocess.run([sys.executable, "-m", "grpo_jax.export", str(out), str(tmp_path / "hf")], env=env,
                               capture_output=True, text=True, timeout=600)
