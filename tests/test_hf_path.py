@@ -1,8 +1,9 @@
-"""The real-model path end to end, offline: experiments/hf_math.py --smoke builds a tiny random Qwen3
-(save_pretrained), a byte-level BPE tokenizer trained with `tokenizers` and given a ChatML chat template, and
-GSM8K-format rows (one carrying a prompt injection); the run renders every prompt with the template after a
-system prompt, cleans the injection, trains 2 GRPO steps with LoRA (rank 4) and exports the merged policy;
-transformers loads the export and gives our logits."""
+"""The real-model path end to end, offline: experiments/hf_math.py --smoke builds a tiny Qwen3 (torch-taught
+the think/answer format, then save_pretrained), a byte-level BPE tokenizer trained with `tokenizers` and given
+Qwen3's thinking chat template (the prompt opens `<think>`), and GSM8K-format rows (one carrying a prompt
+injection); the run renders every prompt with the template after a system prompt, cleans the injection,
+trains 2 GRPO steps with LoRA (rank 4) and exports the merged policy; transformers loads the export and gives
+our logits."""
 
 from __future__ import annotations
 
@@ -52,6 +53,19 @@ def test_two_lora_steps_train_for_real_and_move_the_merged_policy(run):
                 for a, b in zip(_leaves(merged), _leaves(base)))
     # B starts at 0, so merged == base before training; 2 Adam steps at lr 1e-2 on A and B, times alpha/rank 8
     assert moved > 1e-4, moved
+
+
+def test_under_the_thinking_template_completions_pass_the_format_reward_from_the_first_step(run):
+    """The prompt ends with the template's "<think>\n", so the completions never write the opening tag; the
+    rows are marked think_prefilled and the format reward judges "<think>" + completion. Step 1's rollouts
+    come from the checkpoint as loaded (before any update): read the same completions without the mark and
+    every one would fail with missing_tag:<think> (format rate 0, the first-step warning)."""
+    first = next(r for r in read_jsonl(str(run / "metrics.jsonl")) if r.get("step") == 1 and "loss" in r)
+    assert first["format_rate"] > 0.0, first
+    assert not first.get("reason/format/missing_tag:<think>"), first
+    passed = [s["response"] for s in read_jsonl(str(run / "samples.jsonl"))
+              if s.get("step") == 1 and s["rewards"]["format"] == 1.0]
+    assert passed and all("<think>" not in text and "</think>" in text for text in passed), passed
 
 
 def _leaves(tree):

@@ -16,12 +16,12 @@ from grpo_jax.rewards import RewardInputError, format_reward, math_reward
 from grpo_jax.rewards.format import segment_kinds
 from grpo_jax.tasks import chat, get_task
 from grpo_jax.tokenizer import HFTokenizer
-from tests.test_chat_template import CHATML, build_chatml_tokenizer
+from tests.launchers import load_launcher
+from tests.test_chat_template import build_chatml_tokenizer
 
 pytest.importorskip("transformers")
 
-# Qwen3's thinking template opens the assistant turn with "<think>\n" (the rest is Qwen's ChatML)
-QWEN3_THINKING = CHATML.replace("<|im_start|>assistant\n{% endif %}", "<|im_start|>assistant\n<think>\n{% endif %}")
+QWEN3_THINKING = load_launcher("hf_math").QWEN3_THINKING  # Qwen's ChatML whose assistant turn opens "<think>\n"
 COMPLETION = "6 boxes of 12 is 72.</think>\n\n<answer>72</answer>"
 ROW = {"messages": [{"role": "system", "content": "Put the final number in <answer></answer>."},
                     {"role": "user", "content": "How many eggs are in 6 boxes of 12?"}], "answer": "72"}
