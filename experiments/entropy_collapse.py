@@ -44,7 +44,7 @@ from grpo_jax import presets
 from grpo_jax.cli import for_people
 from grpo_jax.config import TrainConfig, override
 from grpo_jax.evaluation import sampled_k
-from grpo_jax.study import Arm, compare_seeds, launch, plot_curves, warm_start_note, write_study
+from grpo_jax.study import Arm, compare_seeds, launch, plot_curves, plot_pass_at_k, warm_start_note, write_study
 
 LR = 4e-4
 LR_LOW = 4e-5  # lower_lr: the cause removed
@@ -210,7 +210,8 @@ def main(argv=None) -> dict:
                          log=True),
              plot_curves(out, arms, "entropy_t1/answer/mean", "answer-token entropy at T = 1 (nats)", "entropy_answer",
                          log=True),
-             plot_curves(out, arms, "eval/accuracy", "held-out greedy accuracy", "accuracy")]
+             plot_curves(out, arms, "eval/accuracy", "held-out greedy accuracy", "accuracy"),
+             plot_pass_at_k(out, arms, study["seeds"])]
     v = study["verdict"]
     notes = (f"Countdown, {warm_start_note(run.warm_seed)}; {cfg.steps} GRPO steps at lr {LR}, {MINIBATCHES} updates "
              f"per rollout. pass@k at T = 1 with {cfg.logging.eval_samples} samples on {cfg.task.n_eval} held-out "

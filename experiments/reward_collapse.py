@@ -45,7 +45,8 @@ from grpo_jax import presets
 from grpo_jax.cli import for_people
 from grpo_jax.config import TrainConfig, override
 from grpo_jax.evaluation import sampled_k
-from grpo_jax.study import Arm, compare_seeds, last_mean, launch, plot_curves, warm_start_note, write_study
+from grpo_jax.study import (Arm, compare_seeds, last_mean, launch, plot_curves, plot_pass_at_k, warm_start_note,
+                             write_study)
 
 STEPS = 100
 EVAL_EVERY = 50
@@ -177,7 +178,8 @@ def main(argv=None) -> dict:
                          "n_eval": cfg.task.n_eval, "eval_samples": cfg.logging.eval_samples, "primary": list(PRIMARY)}
     plots = [plot_curves(out, arms_run, "eval/satisfied_all", "held-out joint success (greedy)", "joint"),
              plot_curves(out, arms_run, "eval/accuracy", "held-out accuracy (greedy)", "accuracy"),
-             plot_curves(out, arms_run, "collapse/ratio", "collapse ratio (rollouts)", "collapse_ratio")]
+             plot_curves(out, arms_run, "collapse/ratio", "collapse ratio (rollouts)", "collapse_ratio"),
+             plot_pass_at_k(out, arms_run, study["seeds"])]
     for d in DIMS:
         plots.append(plot_curves(out, arms_run, f"eval/satisfied/{d}", f"held-out {d} satisfied", f"satisfied_{d}"))
         plots.append(plot_curves(out, arms_run, f"reward/{d}/adv_corr_within", f"within-group corr({d}, A)",

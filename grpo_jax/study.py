@@ -607,6 +607,52 @@ def plot_curves(out: str, arms, key: str, ylabel: str, name: str, *, log: bool =
     return path
 
 
+def pass_at_k_curves(run_dir: str) -> dict[int, dict[int, float]]:
+    """{step: {k: held-out pass@k}} of each evaluation of a run that sampled at T = 1 (problems.jsonl rows with
+    `t1_correct`, the correct count of `samples` completions per problem), for k = 1, 2, 4, ... up to the
+    sample count, by the unbiased estimator (`stats.pass_at_k_curve`)."""
+    path = os.path.join(run_dir, "problems.jsonl")
+    out = {}
+    for r in read_jsonl(path) if os.path.exists(path) else []:
+        if "t1_correct" in r:
+            n = int(r["samples"])
+            ks = sorted({2 ** i for i in range(n.bit_length()) if 2 ** i <= n} | {n})
+            out[int(r["step"])] = stats.pass_at_k_curve(n, np.asarray(r["t1_correct"]), ks)
+    return out
+
+
+def plot_pass_at_k(out: str, arms, seeds, name: str = "pass_at_k") -> str:
+    """pass@k at T = 1 against k (log axis), the mean over `seeds`: one dashed line for the start (the first
+    sampled evaluation of the first arm that has one: the arms of a seed share their warm start and held-out
+    rows) and one solid line per arm at its last sampled evaluation. Seeds without both are left out."""
+    fig = Figure(figsize=(7, 4))
+    ax = fig.subplots()
+    start_drawn = False
+    for arm in arms:
+        per_seed = [pass_at_k_curves(os.path.join(out, arm, f"seed{s}")) for s in seeds]
+        per_seed = [c for c in per_seed if len(c) >= 2]
+        if not per_seed:
+            continue
+        ks = sorted(per_seed[0][max(per_seed[0])])
+        for when, label, style in (("start", "start (warm start)", "--"), ("end", arm, "-")):
+            if when == "start" and start_drawn:
+                continue
+            curves = [c[min(c) if when == "start" else max(c)] for c in per_seed]
+            ax.plot(ks, [np.mean([c[k] for c in curves]) for k in ks], style, marker="o", markersize=3,
+                    label=f"{label} ({len(curves)} seeds)", color="black" if when == "start" else None)
+            start_drawn = start_drawn or when == "start"
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("k (samples per problem at T = 1)")
+    ax.set_ylabel("held-out pass@k")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    os.makedirs(os.path.join(out, "plots"), exist_ok=True)
+    path = os.path.join(out, "plots", f"{name}.png")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    return path
+
+
 def seed_table(results: dict, columns: list[str]) -> str:
     """Markdown table: one row per (arm, seed) with the raw figures (what the per-seed verdicts compare)."""
     lines = ["| arm | seed | " + " | ".join(columns) + " |", "|---|---|" + "---|" * len(columns)]

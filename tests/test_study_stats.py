@@ -55,3 +55,25 @@ def test_a_null_arm_changes_only_the_rollouts_randomness(tmp_path):
     assert rows[0] == rows[1]
     outs = [r.step_once().experience for r in runs]
     assert not np.array_equal(np.asarray(outs[0].rollout.tokens), np.asarray(outs[1].rollout.tokens))
+
+
+def _write_sampled(out, arm, seed, start, end, k=4):
+    with RunLogger(os.path.join(out, arm, f"seed{seed}"), tensorboard=False, progress=False) as log:
+        log.log_problems(0, {"greedy_correct": [0] * len(start), "t1_correct": start, "samples": k})
+        log.log_problems(5, {"greedy_correct": [0] * len(start)})  # greedy only: no curve
+        log.log_problems(10, {"greedy_correct": [0] * len(end), "t1_correct": end, "samples": k})
+
+
+def test_pass_at_k_curves_from_the_sampled_evaluations_and_their_plot(tmp_path):
+    out = str(tmp_path)
+    # 2 problems, 4 samples each. Start: 1 of 4 right on both, so pass@1 = 1/4, pass@2 = 1 - C(3,2)/C(4,2) =
+    # 1 - 3/6 = 1/2, pass@4 = 1. End (collapsed): 4 of 4 on one problem, 0 on the other: 1/2 for every k.
+    _write_sampled(out, "none", 0, [1, 1], [4, 0])
+    _write_sampled(out, "control", 0, [1, 1], [2, 2])  # 2 of 4: pass@1 1/2, pass@2 1 - 1/6 = 5/6, pass@4 1
+    curves = study.pass_at_k_curves(os.path.join(out, "none", "seed0"))
+    assert sorted(curves) == [0, 10]
+    assert curves[0] == {1: 0.25, 2: 0.5, 4: 1.0} and curves[10] == {1: 0.5, 2: 0.5, 4: 0.5}
+    assert np.isclose(study.pass_at_k_curves(os.path.join(out, "control", "seed0"))[10][2], 5 / 6)
+    assert study.pass_at_k_curves(os.path.join(out, "missing")) == {}
+    path = study.plot_pass_at_k(out, ["none", "control", "missing"], [0])
+    assert path.endswith("pass_at_k.png") and os.path.getsize(path) > 1000
