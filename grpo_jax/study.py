@@ -609,8 +609,8 @@ def plot_curves(out: str, arms, key: str, ylabel: str, name: str, *, log: bool =
 
 def pass_at_k_curves(run_dir: str) -> dict[int, dict[int, float]]:
     """{step: {k: held-out pass@k}} of each evaluation of a run that sampled at T = 1 (problems.jsonl rows with
-    `t1_correct`, the correct count of `samples` completions per problem), for k = 1, 2, 4, ... up to the
-    sample count, by the unbiased estimator (`stats.pass_at_k_curve`)."""
+    `t1_correct`, the correct count of `samples` completions per problem), for k = 1, 2, 4, ... and the
+    sample count itself, by the unbiased estimator (`stats.pass_at_k_curve`)."""
     path = os.path.join(run_dir, "problems.jsonl")
     out = {}
     for r in read_jsonl(path) if os.path.exists(path) else []:
