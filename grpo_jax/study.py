@@ -598,6 +598,11 @@ def plot_curves(out: str, arms, key: str, ylabel: str, name: str, *, log: bool =
         ax.set_yscale("log")
     ax.set_xlabel("step")
     ax.set_ylabel(ylabel)
+    return _save_plot(fig, ax, out, name)
+
+
+def _save_plot(fig: Figure, ax, out: str, name: str) -> str:
+    """A study plot's grid and legend, written to <out>/plots/<name>.png; returns the path."""
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     os.makedirs(os.path.join(out, "plots"), exist_ok=True)
@@ -627,30 +632,26 @@ def plot_pass_at_k(out: str, arms, seeds, name: str = "pass_at_k") -> str:
     rows) and one solid line per arm at its last sampled evaluation. Seeds without both are left out."""
     fig = Figure(figsize=(7, 4))
     ax = fig.subplots()
+
+    def draw(curves: list[dict[int, float]], label: str, **style) -> None:
+        ks = sorted(curves[0])
+        ax.plot(ks, [np.mean([c[k] for c in curves]) for k in ks], marker="o", markersize=3,
+                label=f"{label} ({len(curves)} seeds)", **style)
+
     start_drawn = False
     for arm in arms:
         per_seed = [pass_at_k_curves(os.path.join(out, arm, f"seed{s}")) for s in seeds]
         per_seed = [c for c in per_seed if len(c) >= 2]
         if not per_seed:
             continue
-        ks = sorted(per_seed[0][max(per_seed[0])])
-        for when, label, style in (("start", "start (warm start)", "--"), ("end", arm, "-")):
-            if when == "start" and start_drawn:
-                continue
-            curves = [c[min(c) if when == "start" else max(c)] for c in per_seed]
-            ax.plot(ks, [np.mean([c[k] for c in curves]) for k in ks], style, marker="o", markersize=3,
-                    label=f"{label} ({len(curves)} seeds)", color="black" if when == "start" else None)
-            start_drawn = start_drawn or when == "start"
+        if not start_drawn:
+            draw([c[min(c)] for c in per_seed], "start (warm start)", linestyle="--", color="black")
+            start_drawn = True
+        draw([c[max(c)] for c in per_seed], arm, linestyle="-")
     ax.set_xscale("log", base=2)
     ax.set_xlabel("k (samples per problem at T = 1)")
     ax.set_ylabel("held-out pass@k")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    os.makedirs(os.path.join(out, "plots"), exist_ok=True)
-    path = os.path.join(out, "plots", f"{name}.png")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    return path
+    return _save_plot(fig, ax, out, name)
 
 
 def seed_table(results: dict, columns: list[str]) -> str:
