@@ -319,7 +319,9 @@ def trl_answer(solution: Any) -> str | None:
     if boxes:
         return boxes[-1].strip()
     text = solution.strip()
-    return text.strip("$").strip() or None if "\n" not in text and len(text) <= TRL_SOLUTION_CHARS else None
+    if "\n" in text or len(text) > TRL_SOLUTION_CHARS:
+        return None
+    return text.strip("$").strip() or None
 
 
 def native_row(row: Row) -> Row:
