@@ -754,6 +754,28 @@ class MeshConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class RolloutConfig:
+    """How the step's rollouts are scheduled against the update (docs/architecture.md, "The step's pipeline").
+
+    overlap: the next step's rollout is dispatched (JAX's asynchronous dispatch) as soon as the update that
+    makes its params is, so the device decodes it while the host builds the step's metrics, logs, writes
+    samples, evaluates and checkpoints; nothing numeric changes (same params, keys, rows, temperature).
+    off_policy_steps = 1: the rollout of step t+1 is decoded with the params of step t, before step t's
+    update, so the host scores it while the device runs that update and decodes the next rollout; the batch
+    of step t+1 is then one update stale (its sampler logprobs are the previous params', and the PPO ratio
+    and the configured correction (loss.tis_cap / icepop / seq_mask / opsm_delta) see the difference). The
+    step right after a checkpoint (and the first step of a run) is decoded with its own params, so a resume
+    from any periodic checkpoint is bitwise the uninterrupted run."""
+
+    overlap: bool = True  # dispatch the next rollout before the step's host work (bitwise the same run)
+    off_policy_steps: int = 0  # 0: on-policy; 1: rollouts decoded one update behind (AReaL / NeMo-RL style)
+
+    def __post_init__(self):
+        if isinstance(self.off_policy_steps, bool) or self.off_policy_steps not in (0, 1):
+            _fail("RolloutConfig", "off_policy_steps", f"must be 0 (on-policy) or 1, got {self.off_policy_steps!r}")
+
+
+@dataclasses.dataclass(frozen=True)
 class CheckpointConfig:
     every: int = 50  # save every N steps (and at the end); 0 = only at the end
     keep_last: int = 3  # newest checkpoints kept
@@ -852,6 +874,7 @@ class TrainConfig:
     temperature: TemperatureConfig = TemperatureConfig()  # adaptive rollout temperature (base: sampling)
     monitor: MonitorConfig = MonitorConfig()  # alarms: warn or pause
     dynamic: DynamicSamplingConfig = DynamicSamplingConfig()
+    rollout: RolloutConfig = RolloutConfig()  # overlap of rollouts with the update; one-step off-policy
     lora: LoraConfig = LoraConfig()  # LoRA adapters instead of training every weight (rank 0 = off)
 
     def __post_init__(self):
@@ -867,6 +890,10 @@ class TrainConfig:
             _fail("TrainConfig", "minibatches",
                   f"prompts_per_step * group_size = {rows} must split into minibatches * microbatches = "
                   f"{self.minibatches * self.microbatches}")
+        if self.rollout.off_policy_steps and self.dynamic.enabled:
+            _fail("TrainConfig", "rollout.off_policy_steps",
+                  "one-step off-policy rollouts and dynamic sampling (dynamic.enabled) cannot be combined: a "
+                  "step's later rounds would be decoded with other params than its first; switch one off")
         if self.loss.corrects_gap and self.sampling.old_logp_source != "recompute":
             _fail("TrainConfig", "sampling.old_logp_source",
                   "loss.tis_cap / loss.icepop / loss.seq_mask weigh pi_old / pi_sampler, so pi_old must be the "
@@ -882,7 +909,9 @@ def inert_settings(cfg: TrainConfig) -> list[str]:
       sampler-trainer float gap, so nothing is clipped, and KL-Cov's |log ratio| pushes each selected token by
       the sign of that float noise.
     - Clip-Cov / KL-Cov select max(floor(ratio * N), 1) of the N tokens of an update; N is at most
-      prompts_per_step * group_size * max_new_tokens / minibatches, and below 2 / ratio that is one token."""
+      prompts_per_step * group_size * max_new_tokens / minibatches, and below 2 / ratio that is one token.
+    - One-step off-policy rollouts with a checkpoint every step: the step after each checkpoint is decoded
+      with its own params, so none is off-policy."""
     notes, loss = [], cfg.loss
     on_policy = cfg.mu == 1 and cfg.minibatches == 1
     why = ("with mu = 1 and minibatches = 1 every update is on-policy (the ratio is 1 up to the sampler-trainer "
@@ -892,6 +921,9 @@ def inert_settings(cfg: TrainConfig) -> list[str]:
     if on_policy and loss.policy_loss == "kl_cov":
         notes.append(f"loss.policy_loss = kl_cov: its penalty |log ratio| has no meaningful gradient (zero, or the "
                      f"sign of float noise for each selected token): {why}")
+    if cfg.rollout.off_policy_steps and cfg.checkpoint.every == 1:
+        notes.append("rollout.off_policy_steps = 1 decodes nothing off-policy with checkpoint.every = 1: the step after "
+                     "a checkpoint is decoded with its own params (so that a resume is bitwise), and every step is one")
     tokens = cfg.prompts_per_step * cfg.sampling.group_size * cfg.sampling.max_new_tokens / cfg.minibatches
     for name, field in (("clip_cov", "clip_cov_ratio"), ("kl_cov", "kl_cov_ratio")):
         ratio = getattr(loss, field)

@@ -167,25 +167,44 @@ def experience(actor: Actor, params, rows: Sequence[Row], key: jax.Array, *, tem
     return score(actor, rows, ro)
 
 
+def round_size(n_prompts: int, dynamic: DynamicSamplingConfig) -> int:
+    """Prompts drawn by one rollout round: n_prompts, or ceil(oversample * n_prompts) with dynamic sampling."""
+    return int(np.ceil(dynamic.oversample * n_prompts)) if dynamic.enabled else n_prompts
+
+
 def collect(actor: Actor, params, draw: Callable[[int], list[Row]], key: jax.Array, *, n_prompts: int,
             weights: np.ndarray, dynamic: DynamicSamplingConfig, advantage: AdvantageConfig,
-            temperature: float) -> tuple[Experience, dict]:
+            temperature: float, first: tuple[Sequence[Row], sampler.Rollout] | None = None) -> tuple[Experience, dict]:
     """One step's groups and the dynamic-sampling metrics ({} when off). `draw(n)` returns the next n
     training rows. With DAPO dynamic sampling, rounds of ceil(oversample * n_prompts) prompts are drawn
     until n_prompts informative groups (`informative_groups`) are found or max_rounds is reached
-    (`control.GroupBuffer`)."""
+    (`control.GroupBuffer`). `first`: round 0's rows and their rollout, already dispatched by the caller
+    (`rollout` of `round_size` rows drawn the same way, with the round's key `round_key(key, 0)`); it is
+    scored here as the round would have been."""
+
+    def round_experience(r: int) -> Experience:
+        if r == 0 and first is not None:
+            return score(actor, first[0], first[1])
+        return experience(actor, params, draw(round_size(n_prompts, dynamic)), round_key(key, r, dynamic),
+                          temperature=temperature)
+
     if not dynamic.enabled:
-        return experience(actor, params, draw(n_prompts), key, temperature=temperature), {}
-    n_draw = int(np.ceil(dynamic.oversample * n_prompts))
+        return round_experience(0), {}
     buffer, rounds = GroupBuffer(n_prompts, dynamic.max_rounds), []
     while not buffer.done:
-        exp = experience(actor, params, draw(n_draw), jax.random.fold_in(key, len(rounds)), temperature=temperature)
+        exp = round_experience(len(rounds))
         buffer.add(informative_groups(exp.rewards, weights, cfg=advantage))
         rounds.append(exp)
     rule = ("fused_dimensions_vary" if advantage.estimator in adv_lib.PER_DIMENSION
             else "pass_at_k_varies" if advantage.estimator == "passk" else "total_varies")
     metrics = {**buffer.metrics(), "dynamic/rule": rule}
     return select_groups(rounds, buffer.selection(), pad_id=actor.tokenizer.pad_id), metrics
+
+
+def round_key(key: jax.Array, r: int, dynamic: DynamicSamplingConfig) -> jax.Array:
+    """The sampling key of rollout round r of a step: the step's key itself without dynamic sampling, else
+    fold_in(key, r)."""
+    return jax.random.fold_in(key, r) if dynamic.enabled else key
 
 
 @functools.partial(jax.jit, static_argnames="cfg")

@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 
 from grpo_jax import checkpoint as ckpt_lib
-from grpo_jax import control, evaluation, experience, monitor, provenance, runlock, runlog, sharding
+from grpo_jax import control, evaluation, experience, monitor, provenance, runlock, runlog, sampler, sharding
 from grpo_jax import export as export_lib
 from grpo_jax import data as data_lib
 from grpo_jax import rewards as rewards_lib
@@ -45,6 +45,17 @@ class StepOutput:
     timings: dict  # wall-clock figures (timings.jsonl)
     experience: experience.Experience  # the step's rollout, rewards and texts
     histograms: dict  # {name: (bin edges, bin fractions)}, e.g. the token-entropy histogram
+
+
+@dataclasses.dataclass(frozen=True)
+class _Pending:
+    """A rollout dispatched before the step that trains on it (`Trainer._decode_with_current`)."""
+
+    rows: list  # round 0's data rows
+    rollout: sampler.Rollout  # device arrays, perhaps still being computed (JAX's asynchronous dispatch)
+    cursor: data_lib.Cursor  # the data stream's cursor after these rows
+    temperature: float  # what it was sampled at
+    lag: int  # updates between the params that decoded it and the params of the step that trains on it
 
 
 class Trainer:
@@ -115,6 +126,8 @@ class Trainer:
         self._merged = jax.jit(lambda st: policy_params(model_cfg, cfg, st), out_shardings=self.state_shardings.base)
         self.train_step = jax.jit(make_train_step(model_cfg, cfg, self.optimizer),
                                   out_shardings=(self.state_shardings, None), donate_argnums=0)
+        self.iteration_seconds: list[float] = []  # wall time of each loop iteration of `run` (benchmarks read it)
+        self._pending: dict[int, _Pending] = {}  # step -> its rollout, dispatched ahead (rollout.overlap / off_policy)
         self.ckpt = ckpt_lib.Checkpointer(os.path.join(out_dir, "checkpoints"), keep_last=cfg.checkpoint.keep_last,
                                           keep_best=cfg.checkpoint.keep_best, best_metric=cfg.checkpoint.best_metric)
 
@@ -186,6 +199,7 @@ class Trainer:
         LoRA: params become the frozen base, with fresh adapters). The params are copied: the train step
         donates its state, and the caller may reuse what it passed."""
         params = jax.tree.map(jnp.copy, sharding.shard_params(params, self.mesh))
+        self._pending.clear()  # decoded with the params replaced here
         self.state = initial_state(self.cfg, self.actor.model_cfg, params, self.optimizer,
                                    jax.random.fold_in(self.run_key, INIT_KEY_FOLD), mesh=self.mesh)
 
@@ -231,6 +245,7 @@ class Trainer:
         for s in newer:  # skipped as corrupt, or abandoned by a rollback (archived above): rewritten by this run
             self.ckpt.delete(s)
         self.state = state
+        self._pending.clear()
         self.stream.cursor = data_lib.Cursor.from_dict(meta["cursor"])
         for name, ctl in self._controls().items():
             if name in meta.get("controls", {}):
@@ -244,38 +259,89 @@ class Trainer:
                                                         seed=self.stream.seed)
         return [self.stream.rows[i] for i in idx]
 
-    def step_once(self) -> StepOutput:
-        """One GRPO step."""
-        cfg, step, dims = self.cfg, self.step, self.actor.dims
+    def _step_keys(self, step: int) -> tuple[jax.Array, jax.Array]:
+        """(sampling key, update key) of a step: split(fold_in(key(seed), step))."""
         k_sample, k_update = jax.random.split(jax.random.fold_in(self.run_key, step))
-        if cfg.sampling.key_offset:  # a null arm: only the rollouts' randomness changes (0 keeps the key as it was)
-            k_sample = jax.random.fold_in(k_sample, cfg.sampling.key_offset)
+        if self.cfg.sampling.key_offset:  # a null arm: only the rollouts' randomness changes (0 keeps the key)
+            k_sample = jax.random.fold_in(k_sample, self.cfg.sampling.key_offset)
+        return k_sample, k_update
+
+    def _rollout_params(self):
+        return sharding.on_mesh(self.policy_params(), self.rollout_mesh)  # resharded once a step, if needed
+
+    def _decode_with_current(self, step: int) -> None:
+        """The current params are those of `step`: dispatch the rollouts they decode and that are not yet
+        dispatched, in step order (their rows are drawn in that order): `step`'s own rollout, and with
+        one-step off-policy rollouts also the next step's, unless that step starts afresh after a checkpoint
+        (its rollout is then decoded with its own params, as a resumed run decodes it). Nothing waits here:
+        the device runs them while the host goes on."""
+        cfg = self.cfg
+        ahead = (step, step + 1) if cfg.rollout.off_policy_steps else (step,)
+        for s in ahead:
+            if s >= cfg.steps or s in self._pending or (s > step and self._fresh_after_checkpoint(s)):
+                continue
+            last = next(reversed(self._pending.values()), None)  # rows continue after the newest dispatched
+            cursor = last.cursor if last is not None else self.stream.cursor
+            n = experience.round_size(cfg.prompts_per_step, cfg.dynamic)
+            idx, cursor = data_lib.next_indices(len(self.stream.rows), n, cursor, seed=self.stream.seed)
+            rows = [self.stream.rows[i] for i in idx]
+            temperature = self.temp_ctl.value()
+            key = experience.round_key(self._step_keys(s)[0], 0, cfg.dynamic)
+            ro = experience.rollout(self.actor, self._rollout_params(), rows, key,
+                                    group_size=cfg.sampling.group_size, temperature=temperature)
+            self._pending[s] = _Pending(rows, ro, cursor, temperature, lag=s - step)
+
+    def _fresh_after_checkpoint(self, step: int) -> bool:
+        """A periodic checkpoint is written before `step`: a run resumed from it decodes `step`'s rollout with
+        its own params (the one it was decoded with is not kept), so the uninterrupted run does too."""
+        every = self.cfg.checkpoint.every
+        return bool(every) and step % every == 0
+
+    def step_once(self) -> StepOutput:
+        """One GRPO step. Its rollout was usually dispatched ahead (`_decode_with_current`): at the end of
+        the previous step with rollout.overlap, and one step earlier still with off-policy rollouts; the
+        next rollouts are dispatched as soon as this step's update is, before the host work that follows."""
+        cfg, step, dims = self.cfg, self.step, self.actor.dims
+        k_sample, k_update = self._step_keys(step)
         change = self.reward_weights.maybe_reload(
             step, on_reject=lambda info: self.logger.event(step, "reward_weights_rejected", **_without_step(info)))
         if change:
             self.logger.event(step, "reward_weights", **_without_step(change))
         weights = self.reward_weights.at(step)
-        coef, temperature = self.entropy_ctl.value(step), self.temp_ctl.value()
+        coef = self.entropy_ctl.value(step)
         t0 = time.perf_counter()
-        params = sharding.on_mesh(self.policy_params(), self.rollout_mesh)  # resharded once a step, if needed
+        if step not in self._pending:
+            self._decode_with_current(step)
+        pending = self._pending.pop(step)
+        self.stream.cursor, temperature = pending.cursor, pending.temperature
+        jax.block_until_ready(pending.rollout.tokens)
+        t_decoded = time.perf_counter()
+        params = self._rollout_params() if cfg.dynamic.enabled else None  # later rounds: this step's params
         exp, dyn_metrics = experience.collect(self.actor, params, self.next_rows, k_sample,
                                               n_prompts=cfg.prompts_per_step, weights=weights, dynamic=cfg.dynamic,
-                                              advantage=cfg.advantage, temperature=temperature)
+                                              advantage=cfg.advantage, temperature=temperature,
+                                              first=(pending.rows, pending.rollout))
         t1 = time.perf_counter()
         adv, diag = experience.advantages_and_diagnostics(exp, weights, cfg=cfg.advantage)
         batch = experience.make_batch(exp, adv, self.mesh, mask_truncated=cfg.loss.mask_truncated)
         self.state, upd = self.train_step(self.state, batch, k_update, jnp.float32(coef))
-        metrics, histograms = experience.flatten_metrics({**diag, **upd}, dims)
+        self._update_controls(step, float(diag["entropy/mean"]))  # the next rollouts' temperature
+        if cfg.rollout.overlap or cfg.rollout.off_policy_steps:
+            self._decode_with_current(step + 1)  # queued behind the update: decoded while the host works
+        host = experience.host_metrics(exp, dims)  # overlaps the update
+        metrics, histograms = experience.flatten_metrics({**diag, **upd}, dims)  # waits for the update
         if not metrics.pop("gap/measured", 1.0):  # the sampler-trainer gap is measured every gap_every steps
             metrics = {k: v for k, v in metrics.items() if not k.startswith("gap/")}
         t2 = time.perf_counter()
-        metrics.update(experience.host_metrics(exp, dims), **dyn_metrics)
+        metrics.update(host, **dyn_metrics)
         metrics.update({"control/entropy_coef": coef, "control/temperature": temperature})
         metrics.update({f"control/weight/{d}": float(w) for d, w in zip(dims, weights)})
+        if cfg.rollout.off_policy_steps:
+            metrics["rollout/lag"] = float(pending.lag)
         metrics.update(monitor.health_metrics(metrics, vocab_size=self.actor.model_cfg.vocab_size))
-        self._update_controls(step, metrics["entropy/mean"])
         n_tokens = int(sharding.to_host(exp.rollout.lengths).sum())
-        timings = {"time/rollout_and_reward": t1 - t0, "time/update": t2 - t1, "time/step": t2 - t0,
+        timings = {"time/rollout_wait": t_decoded - t0, "time/score": t1 - t_decoded,
+                   "time/rollout_and_reward": t1 - t0, "time/update": t2 - t1, "time/step": t2 - t0,
                    "tokens_per_s": n_tokens / max(t1 - t0, 1e-9)}
         return StepOutput(metrics, timings, exp, histograms)
 
@@ -318,6 +384,7 @@ class Trainer:
         eval_every, ckpt_every = cfg.logging.eval_every, cfg.checkpoint.every
         if self.step == 0 and eval_every:
             self.logger.log(0, self.evaluate(sampled=self._sampled_eval_due(0)))
+        iteration_start = time.perf_counter()
         while self.step < cfg.steps and not paused:
             out = self.step_once()
             metrics, step = out.metrics, self.step
@@ -334,6 +401,10 @@ class Trainer:
             if (ckpt_every and step % ckpt_every == 0) or last or paused:
                 self.save(metrics)
             self._report_alarms(step, alarms)
+            now = time.perf_counter()  # the whole iteration (step, logs, evaluation, checkpoint)
+            self.iteration_seconds.append(now - iteration_start)
+            iteration_start = now
+        self._pending.clear()  # rollouts dispatched for steps this run will not take (a pause)
         if cfg.checkpoint.export_hf and not paused:
             hf_dir = os.path.join(self.out_dir, "hf")
             info = export_lib.export_trainer(self, hf_dir)

@@ -127,6 +127,8 @@ def make_train_step(model_cfg: ModelConfig, cfg: TrainConfig, optimizer: optax.G
     recompute, gap_bound = cfg.sampling.old_logp_source == "recompute", cfg.logging.gap_bound
     # the loss needs the rollout's logprobs beside pi_old only when they differ (recompute) and it uses them
     pass_sampler = recompute and (cfg.loss.corrects_gap or cfg.loss.opsm_delta is not None or cfg.loss.kl_is)
+    # off-policy rollouts: the gap is the policy's own staleness, measured every step
+    gap_every = 1 if cfg.rollout.off_policy_steps else cfg.logging.gap_every
 
     def train_step(state: TrainState, batch: Batch, key: jax.Array, entropy_coef: jax.Array):
         key = models.as_typed_key(key)
@@ -141,8 +143,8 @@ def make_train_step(model_cfg: ModelConfig, cfg: TrainConfig, optimizer: optax.G
             batch = batch.replace(old_logp=jax.lax.stop_gradient(
                 chunked_logprobs(model_cfg, policy, batch, t_len, chunks)))
             gap = diagnostics.sampler_trainer_gap(batch.old_logp, sampler_logp, batch.loss_mask, bound=gap_bound)
-        elif cfg.logging.gap_every:  # one extra teacher-forced pass on measured steps only
-            measured = state.step % cfg.logging.gap_every == 0
+        elif gap_every:  # one extra teacher-forced pass on measured steps only
+            measured = state.step % gap_every == 0
             trainer_logp = jax.lax.cond(
                 measured, lambda: jax.lax.stop_gradient(chunked_logprobs(model_cfg, policy, batch, t_len, chunks)),
                 lambda: sampler_logp)

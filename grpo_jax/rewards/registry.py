@@ -27,7 +27,7 @@ import numpy as np
 
 from grpo_jax.config import REWARD_SPEC_FIELDS
 from grpo_jax.importpath import is_import_path
-from grpo_jax.rewards.base import RewardFn, RewardResult
+from grpo_jax.rewards.base import RewardFn, RewardInputError, RewardResult
 from grpo_jax.rewards.code import code_reward
 from grpo_jax.rewards.countdown import countdown_numbers_reward, countdown_reward, countdown_steps_reward
 from grpo_jax.rewards.format import format_reward
@@ -179,10 +179,38 @@ def weights(specs: Sequence[RewardSpec]) -> np.ndarray:
     return np.asarray([s.weight for s in specs], dtype=np.float32)
 
 
-def _scorer(spec: RewardSpec) -> Callable[[tuple[str, Mapping[str, Any]]], RewardResult]:
+class RewardError(RuntimeError):
+    """A reward raised on one response (a bug in the reward, or its pool shut down): the message names the
+    dimension, the response and its row. A `RewardInputError` (bad row or kwargs) keeps its class (a
+    `MissingFieldError` is a KeyError too), with the same message."""
+
+
+def _describe(i: int, n: int, sample: Mapping[str, Any]) -> str:
+    row = next((f"{k}={sample[k]!r:.60}" for k in ("id", "task_id", "problem_id") if k in sample), None)
+    prompt = sample.get("prompt")
+    where = row or (f"prompt {prompt!r:.80}" if isinstance(prompt, str) else f"fields {sorted(map(str, sample))}")
+    return f"response {i} of {n} (row {where})"
+
+
+def _failed(spec: RewardSpec, i: int, n: int, sample: Mapping[str, Any], e: BaseException) -> Exception:
+    msg = f"reward {spec.dimension!r} ({spec.name}) failed on {_describe(i, n, sample)}: {type(e).__name__}: {e}"
+    return type(e)(msg) if isinstance(e, RewardInputError) else RewardError(msg)  # MissingFieldError stays one
+
+
+def _scorer(spec: RewardSpec, n: int) -> Callable[[tuple[int, tuple[str, Mapping[str, Any]]]], RewardResult]:
+    """`score((i, (response, sample)))`: the spec's reward of one response; an exception it raises comes out
+    naming the dimension, the response's position among the n and its row (`RewardError`)."""
     fn = reward_fn(spec.name)
     kwargs = dict(spec.kwargs)
-    return lambda pair: fn(pair[0], pair[1], **kwargs)
+
+    def score(item):
+        i, (response, sample) = item
+        try:
+            return fn(response, sample, **kwargs)
+        except Exception as e:  # noqa: BLE001 - re-raised, naming the row
+            raise _failed(spec, i, n, sample, e) from e
+
+    return score
 
 
 def evaluate(
@@ -212,14 +240,14 @@ def evaluate(
         for spec in specs:  # start sandboxed work first so it overlaps the inline rewards
             if spec.name in SANDBOXED:
                 starts[spec.dimension] = time.perf_counter()
-                pending[spec.dimension] = [pool.submit(_scorer(spec), p) for p in pairs]  # type: ignore[union-attr]
+                pending[spec.dimension] = [_submit(pool, spec, item, len(pairs)) for item in enumerate(pairs)]
         columns: dict[str, list[RewardResult]] = {}
         times: dict[str, float] = {}
         for spec in specs:
             if spec.name not in SANDBOXED:
                 t0 = time.perf_counter()
-                score = _scorer(spec)
-                columns[spec.dimension] = [score(p) for p in pairs]
+                score = _scorer(spec, len(pairs))
+                columns[spec.dimension] = [score(item) for item in enumerate(pairs)]
                 times[spec.dimension] = time.perf_counter() - t0
         for dim, futures in pending.items():
             columns[dim] = [f.result() for f in futures]
@@ -228,6 +256,15 @@ def evaluate(
         if own_pool and pool is not None:
             pool.close()
     return _assemble(specs, names, columns, times, len(pairs))
+
+
+def _submit(pool: SandboxPool, spec: RewardSpec, item, n: int):
+    """The pool's future of one response's score; a pool that takes no more work (shut down) is a
+    `RewardError` naming the response."""
+    try:
+        return pool.submit(_scorer(spec, n), item)
+    except RuntimeError as e:
+        raise _failed(spec, item[0], n, item[1][1], e) from e
 
 
 def _assemble(
