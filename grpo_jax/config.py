@@ -765,7 +765,8 @@ class RolloutConfig:
     of step t+1 is then one update stale (its sampler logprobs are the previous params', and the PPO ratio
     and the configured correction (loss.tis_cap / icepop / seq_mask / opsm_delta) see the difference). The
     step right after a checkpoint (and the first step of a run) is decoded with its own params, so a resume
-    from any periodic checkpoint is bitwise the uninterrupted run."""
+    from any periodic checkpoint is bitwise the uninterrupted run. With dynamic sampling only a step's first
+    round is decoded ahead; its later rounds are decoded with the step's own params when they are needed."""
 
     overlap: bool = True  # dispatch the next rollout before the step's host work (bitwise the same run)
     off_policy_steps: int = 0  # 0: on-policy; 1: rollouts decoded one update behind (AReaL / NeMo-RL style)
@@ -890,10 +891,6 @@ class TrainConfig:
             _fail("TrainConfig", "minibatches",
                   f"prompts_per_step * group_size = {rows} must split into minibatches * microbatches = "
                   f"{self.minibatches * self.microbatches}")
-        if self.rollout.off_policy_steps and self.dynamic.enabled:
-            _fail("TrainConfig", "rollout.off_policy_steps",
-                  "one-step off-policy rollouts and dynamic sampling (dynamic.enabled) cannot be combined: a "
-                  "step's later rounds would be decoded with other params than its first; switch one off")
         if self.loss.corrects_gap and self.sampling.old_logp_source != "recompute":
             _fail("TrainConfig", "sampling.old_logp_source",
                   "loss.tis_cap / loss.icepop / loss.seq_mask weigh pi_old / pi_sampler, so pi_old must be the "

@@ -313,4 +313,5 @@ class GroupBuffer:
             "dynamic/kept": float(len(self._kept)),
             "dynamic/dropped": float(self._seen - used),
             "dynamic/filled_frac": len(self._filled) / self.need,
+            "dynamic/first_round_frac": sum(r == 0 for r, _ in self.selection()) / max(used, 1),
         }

@@ -53,7 +53,7 @@ class _Pending:
 
     rows: list  # round 0's data rows
     rollout: sampler.Rollout  # device arrays, perhaps still being computed (JAX's asynchronous dispatch)
-    cursor: data_lib.Cursor  # the data stream's cursor after these rows
+    cursor_before: data_lib.Cursor  # the data stream's cursor before these rows (a checkpoint saves the oldest)
     temperature: float  # what it was sampled at
     lag: int  # updates between the params that decoded it and the params of the step that trains on it
 
@@ -199,7 +199,7 @@ class Trainer:
         LoRA: params become the frozen base, with fresh adapters). The params are copied: the train step
         donates its state, and the caller may reuse what it passed."""
         params = jax.tree.map(jnp.copy, sharding.shard_params(params, self.mesh))
-        self._pending.clear()  # decoded with the params replaced here
+        self._drop_pending()  # decoded with the params replaced here
         self.state = initial_state(self.cfg, self.actor.model_cfg, params, self.optimizer,
                                    jax.random.fold_in(self.run_key, INIT_KEY_FOLD), mesh=self.mesh)
 
@@ -214,7 +214,9 @@ class Trainer:
                 "reward_weights": self.reward_weights}
 
     def save(self, metrics: dict | None = None) -> None:
-        meta = {"config": to_dict(self.cfg), "cursor": self.stream.cursor.to_dict(), "step": self.step,
+        # rows drawn for rollouts dispatched ahead are drawn again by a resumed run: the cursor before them
+        cursor = next(iter(self._pending.values())).cursor_before if self._pending else self.stream.cursor
+        meta = {"config": to_dict(self.cfg), "cursor": cursor.to_dict(), "step": self.step,
                 "controls": {k: c.state_dict() for k, c in self._controls().items()}}
         self.ckpt.save(self.step, self.state, meta=meta, metrics=metrics)
 
@@ -245,7 +247,6 @@ class Trainer:
         for s in newer:  # skipped as corrupt, or abandoned by a rollback (archived above): rewritten by this run
             self.ckpt.delete(s)
         self.state = state
-        self._pending.clear()
         self.stream.cursor = data_lib.Cursor.from_dict(meta["cursor"])
         for name, ctl in self._controls().items():
             if name in meta.get("controls", {}):
@@ -280,16 +281,19 @@ class Trainer:
         for s in ahead:
             if s >= cfg.steps or s in self._pending or (s > step and self._fresh_after_checkpoint(s)):
                 continue
-            last = next(reversed(self._pending.values()), None)  # rows continue after the newest dispatched
-            cursor = last.cursor if last is not None else self.stream.cursor
-            n = experience.round_size(cfg.prompts_per_step, cfg.dynamic)
-            idx, cursor = data_lib.next_indices(len(self.stream.rows), n, cursor, seed=self.stream.seed)
-            rows = [self.stream.rows[i] for i in idx]
+            before = self.stream.cursor
+            rows = self.next_rows(experience.round_size(cfg.prompts_per_step, cfg.dynamic))
             temperature = self.temp_ctl.value()
             key = experience.round_key(self._step_keys(s)[0], 0, cfg.dynamic)
             ro = experience.rollout(self.actor, self._rollout_params(), rows, key,
                                     group_size=cfg.sampling.group_size, temperature=temperature)
-            self._pending[s] = _Pending(rows, ro, cursor, temperature, lag=s - step)
+            self._pending[s] = _Pending(rows, ro, before, temperature, lag=s - step)
+
+    def _drop_pending(self) -> None:
+        """Forget the rollouts dispatched ahead; their rows go back to the stream (the oldest one's cursor)."""
+        if self._pending:
+            self.stream.cursor = next(iter(self._pending.values())).cursor_before
+        self._pending.clear()
 
     def _fresh_after_checkpoint(self, step: int) -> bool:
         """A periodic checkpoint is written before `step`: a run resumed from it decodes `step`'s rollout with
@@ -313,7 +317,7 @@ class Trainer:
         if step not in self._pending:
             self._decode_with_current(step)
         pending = self._pending.pop(step)
-        self.stream.cursor, temperature = pending.cursor, pending.temperature
+        temperature = pending.temperature
         jax.block_until_ready(pending.rollout.tokens)
         t_decoded = time.perf_counter()
         params = self._rollout_params() if cfg.dynamic.enabled else None  # later rounds: this step's params
@@ -336,8 +340,8 @@ class Trainer:
         metrics.update(host, **dyn_metrics)
         metrics.update({"control/entropy_coef": coef, "control/temperature": temperature})
         metrics.update({f"control/weight/{d}": float(w) for d, w in zip(dims, weights)})
-        if cfg.rollout.off_policy_steps:
-            metrics["rollout/lag"] = float(pending.lag)
+        if cfg.rollout.off_policy_steps:  # later dynamic-sampling rounds are decoded with this step's params
+            metrics["rollout/lag"] = pending.lag * dyn_metrics.get("dynamic/first_round_frac", 1.0)
         metrics.update(monitor.health_metrics(metrics, vocab_size=self.actor.model_cfg.vocab_size))
         n_tokens = int(sharding.to_host(exp.rollout.lengths).sum())
         timings = {"time/rollout_wait": t_decoded - t0, "time/score": t1 - t_decoded,
@@ -404,7 +408,7 @@ class Trainer:
             now = time.perf_counter()  # the whole iteration (step, logs, evaluation, checkpoint)
             self.iteration_seconds.append(now - iteration_start)
             iteration_start = now
-        self._pending.clear()  # rollouts dispatched for steps this run will not take (a pause)
+        self._drop_pending()  # rollouts dispatched for steps this run will not take (a pause)
         if cfg.checkpoint.export_hf and not paused:
             hf_dir = os.path.join(self.out_dir, "hf")
             info = export_lib.export_trainer(self, hf_dir)

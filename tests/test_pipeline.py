@@ -258,3 +258,13 @@ def test_a_shut_down_sandbox_pool_is_an_error_naming_the_row():
     pool.close()
     with pytest.raises(RewardError, match=r"reward 'code' \(code\) failed on response 0 of 2 \(row id='inc-1'\).*after shutdown"):
         evaluate([RewardSpec("code")], [SLEEPER, SLEEPER], [CODE_ROW, dict(CODE_ROW, id="inc-2")], pool=pool)
+
+
+def test_off_policy_with_dynamic_sampling_decodes_later_rounds_with_the_steps_params(tmp_path):
+    """Only a step's first round is decoded ahead; rollout/lag is the share of the batch's groups from it."""
+    cfg = signal_config("steps=4", OFF, "checkpoint.every=0", "dynamic.enabled=true", "dynamic.max_rounds=2")
+    train.Trainer(cfg, str(tmp_path), quiet=True).run()
+    rows = _assert_rows_have_signal(tmp_path / "metrics.jsonl")
+    for r in rows[1:]:
+        assert r["rollout/lag"] == r["dynamic/first_round_frac"] > 0
+    assert rows[0]["rollout/lag"] == 0.0 and any(r["dynamic/first_round_frac"] < 1 for r in rows)
