@@ -24,7 +24,9 @@ cause removed, a tenth of LR). Pause and rollback, ablated (the alarm watches re
 ALARM_FRAC of its first value for ALARM_PATIENCE steps): `pause_rollback` (pause, roll back to the checkpoint
 before the trouble, recovery = RECOVERY_CONTROL (`kl_ref`'s KL) plus the lr halved), `pause_continue` (pause, go on from the paused
 step with the same recovery: no rollback), `fixed_recovery` (the recovery from step FIXED_AT, no alarm),
-`lr_at_alarm` (pause, go on with the lr cut alone: no control, no rollback).
+`lr_at_alarm` (pause, go on with the lr cut alone: no control, no rollback). The objective arms of
+`grpo_jax.study.OBJECTIVE_ARMS` run here by name too, among them the staleness arms `off_policy` (one-step
+off-policy rollouts) and `off_policy_tis` (the same with truncated importance sampling).
 
 Reported per arm and seed: pass@1 and pass@EVAL_SAMPLES at T = 1 and greedy accuracy at the start and the end,
 distinct correct solutions per problem, reasoning-token entropy at T = 1 at the first and last steps (and its

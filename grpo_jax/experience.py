@@ -174,17 +174,18 @@ def round_size(n_prompts: int, dynamic: DynamicSamplingConfig) -> int:
 
 def collect(actor: Actor, params, draw: Callable[[int], list[Row]], key: jax.Array, *, n_prompts: int,
             weights: np.ndarray, dynamic: DynamicSamplingConfig, advantage: AdvantageConfig,
-            temperature: float, first: tuple[Sequence[Row], sampler.Rollout] | None = None) -> tuple[Experience, dict]:
+            temperature: float, first: Experience | tuple[Sequence[Row], sampler.Rollout] | None = None
+            ) -> tuple[Experience, dict]:
     """One step's groups and the dynamic-sampling metrics ({} when off). `draw(n)` returns the next n
     training rows. With DAPO dynamic sampling, rounds of ceil(oversample * n_prompts) prompts are drawn
     until n_prompts informative groups (`informative_groups`) are found or max_rounds is reached
     (`control.GroupBuffer`). `first`: round 0's rows and their rollout, already dispatched by the caller
-    (`rollout` of `round_size` rows drawn the same way, with the round's key `round_key(key, 0)`); it is
-    scored here as the round would have been."""
+    (`rollout` of `round_size` rows drawn the same way, with the round's key `round_key(key, 0)`), scored here
+    as the round would have been, or already scored (`score`: an Experience)."""
 
     def round_experience(r: int) -> Experience:
         if r == 0 and first is not None:
-            return score(actor, first[0], first[1])
+            return first if isinstance(first, Experience) else score(actor, first[0], first[1])
         return experience(actor, params, draw(round_size(n_prompts, dynamic)), round_key(key, r, dynamic),
                           temperature=temperature)
 

@@ -79,6 +79,10 @@ OBJECTIVE_ARMS = {
     "tis": Arm((RECOMPUTE, "loss.tis_cap=2.0")),
     "icepop": Arm((RECOMPUTE, "loss.icepop=[0.5, 5.0]")),
     "opsm": Arm(("loss.opsm_delta=0.5",)),
+    # staleness: one-step off-policy rollouts (rollout.off_policy_steps), the PPO ratio against the policy that
+    # sampled them; and the same with truncated IS against the trainer's own pre-update logprobs
+    "off_policy": Arm(("rollout.off_policy_steps=1",)),
+    "off_policy_tis": Arm(("rollout.off_policy_steps=1", RECOMPUTE, "loss.tis_cap=2.0")),
 }
 
 

@@ -56,6 +56,7 @@ class _Pending:
     cursor_before: data_lib.Cursor  # the data stream's cursor before these rows (a checkpoint saves the oldest)
     temperature: float  # what it was sampled at
     lag: int  # updates between the params that decoded it and the params of the step that trains on it
+    scored: experience.Experience | Exception | None = None  # scored ahead (off-policy), or what scoring raised
 
 
 class Trainer:
@@ -289,6 +290,20 @@ class Trainer:
                                     group_size=cfg.sampling.group_size, temperature=temperature)
             self._pending[s] = _Pending(rows, ro, before, temperature, lag=s - step)
 
+    def _score_ahead(self, step: int) -> None:
+        """Score `step`'s rollout, decoded ahead with the previous params, now: the host works while the device
+        runs the update just dispatched and the rollout after. Its first round only (dynamic sampling draws
+        later rounds when the step runs); what scoring raises is kept and raised by that step, so the step
+        that is running now is logged and checkpointed first."""
+        pending = self._pending.get(step)
+        if pending is None or pending.scored is not None:
+            return
+        try:
+            scored = experience.score(self.actor, pending.rows, pending.rollout)
+        except Exception as e:  # noqa: BLE001 - raised by the step that trains on it
+            scored = e
+        self._pending[step] = dataclasses.replace(pending, scored=scored)
+
     def _drop_pending(self) -> None:
         """Forget the rollouts dispatched ahead; their rows go back to the stream (the oldest one's cursor)."""
         if self._pending:
@@ -318,13 +333,15 @@ class Trainer:
             self._decode_with_current(step)
         pending = self._pending.pop(step)
         temperature = pending.temperature
+        if isinstance(pending.scored, Exception):  # raised while this rollout was scored ahead
+            raise pending.scored
         jax.block_until_ready(pending.rollout.tokens)
         t_decoded = time.perf_counter()
         params = self._rollout_params() if cfg.dynamic.enabled else None  # later rounds: this step's params
         exp, dyn_metrics = experience.collect(self.actor, params, self.next_rows, k_sample,
                                               n_prompts=cfg.prompts_per_step, weights=weights, dynamic=cfg.dynamic,
                                               advantage=cfg.advantage, temperature=temperature,
-                                              first=(pending.rows, pending.rollout))
+                                              first=pending.scored or (pending.rows, pending.rollout))
         t1 = time.perf_counter()
         adv, diag = experience.advantages_and_diagnostics(exp, weights, cfg=cfg.advantage)
         batch = experience.make_batch(exp, adv, self.mesh, mask_truncated=cfg.loss.mask_truncated)
@@ -332,6 +349,10 @@ class Trainer:
         self._update_controls(step, float(diag["entropy/mean"]))  # the next rollouts' temperature
         if cfg.rollout.overlap or cfg.rollout.off_policy_steps:
             self._decode_with_current(step + 1)  # queued behind the update: decoded while the host works
+        t_scored_ahead = time.perf_counter()
+        if cfg.rollout.off_policy_steps:
+            self._score_ahead(step + 1)  # while the device runs this update and decodes the rollout after
+        t_scored_ahead = time.perf_counter() - t_scored_ahead
         host = experience.host_metrics(exp, dims)  # overlaps the update
         metrics, histograms = experience.flatten_metrics({**diag, **upd}, dims)  # waits for the update
         if not metrics.pop("gap/measured", 1.0):  # the sampler-trainer gap is measured every gap_every steps
@@ -344,7 +365,7 @@ class Trainer:
             metrics["rollout/lag"] = pending.lag * dyn_metrics.get("dynamic/first_round_frac", 1.0)
         metrics.update(monitor.health_metrics(metrics, vocab_size=self.actor.model_cfg.vocab_size))
         n_tokens = int(sharding.to_host(exp.rollout.lengths).sum())
-        timings = {"time/rollout_wait": t_decoded - t0, "time/score": t1 - t_decoded,
+        timings = {"time/rollout_wait": t_decoded - t0, "time/score": t1 - t_decoded, "time/score_ahead": t_scored_ahead,
                    "time/rollout_and_reward": t1 - t0, "time/update": t2 - t1, "time/step": t2 - t0,
                    "tokens_per_s": n_tokens / max(t1 - t0, 1e-9)}
         return StepOutput(metrics, timings, exp, histograms)

@@ -173,9 +173,12 @@ def test_entropy_collapse_smoke(tmp_path):
                                                            "passk_t1_final", "pass1_t1_final", "entropy_first",
                                                            "entropy_final", "entropy_ratio", "distinct_correct_final",
                                                            "fit_a", "fit_b", "fit_r2", "paused_at", "rolled_back_to"],
-                         arms="none,pause_rollback,pause_continue,lr_at_alarm,fixed_recovery,tis")
+                         arms="none,pause_rollback,pause_continue,lr_at_alarm,fixed_recovery,tis,off_policy_tis")
     assert set(study["results"]) == {"none", "pause_rollback", "pause_continue", "lr_at_alarm", "fixed_recovery",
-                                     "tis"}
+                                     "tis", "off_policy_tis"}
+    rows = [json.loads(line) for line in open(tmp_path / "off_policy_tis" / "seed0" / "metrics.jsonl")]
+    lags = [r["rollout/lag"] for r in rows if "loss" in r]
+    assert lags and all("is_weight" in r for r in rows if "loss" in r), rows  # the correction acts on every step
     rows = [json.loads(line) for line in open(tmp_path / "tis" / "seed0" / "metrics.jsonl")]
     assert all("gap/kl" in r and "is_weight" in r for r in rows if "loss" in r)  # recompute: measured every step
     # the pause arms' smoke alarm fires at step 1; each recovery cuts the lr from then on, the fixed one at step 1
