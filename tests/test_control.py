@@ -290,9 +290,9 @@ def test_group_buffer_fills_across_rounds():
     buf.add_totals([[0, 0], [1, 1], [1, 0], [1, 1]])  # informative 2
     buf.add_totals([[1, 0], [0, 1], [0, 1], [0, 0]])  # informative 0, 1, 2: only one more needed
     assert buf.done and buf.selection() == [(0, 1), (0, 3), (1, 2), (2, 0)]
-    # 12 groups seen, 4 kept -> 8 dropped; no zero-variance fill.
+    # 12 groups seen, 4 kept -> 8 dropped; no zero-variance fill; 2 of the 4 from the first round.
     assert buf.metrics() == {"dynamic/rounds": 3.0, "dynamic/kept": 4.0, "dynamic/dropped": 8.0,
-                             "dynamic/filled_frac": 0.0}
+                             "dynamic/filled_frac": 0.0, "dynamic/first_round_frac": 0.5}
     with pytest.raises(RuntimeError, match="done"):
         buf.add_totals([[0, 1]])
 
@@ -304,7 +304,7 @@ def test_group_buffer_respects_the_cap_and_fills_with_zero_variance_groups():
     assert buf.done and buf.rounds == 2
     assert buf.selection() == [(0, 1), (0, 0), (0, 2), (0, 3)]  # informative first, then fill in arrival order
     assert buf.metrics() == {"dynamic/rounds": 2.0, "dynamic/kept": 1.0, "dynamic/dropped": 4.0,
-                             "dynamic/filled_frac": 0.75}
+                             "dynamic/filled_frac": 0.75, "dynamic/first_round_frac": 1.0}  # all 4 from round 0
 
 
 def _run_buffer(seed: int, need: int, max_rounds: int):

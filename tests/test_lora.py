@@ -210,10 +210,10 @@ def test_trainer_rolls_out_and_exports_the_merged_policy(tmp_path, monkeypatch):
 
     from tests.hf_util import hf_logits
 
-    seen = []
-    collect = experience.collect
-    monkeypatch.setattr(experience, "collect", lambda actor, params, *a, **k: (seen.append(params),
-                                                                               collect(actor, params, *a, **k))[1])
+    seen = []  # the params each training rollout decoded with (the greedy evaluation's, G = 1, left out)
+    rollout = experience.rollout
+    monkeypatch.setattr(experience, "rollout", lambda actor, params, *a, **k: (
+        k["group_size"] > 1 and seen.append(params), rollout(actor, params, *a, **k))[1])
     out = tmp_path / "run"
     tr = train.Trainer(signal_config("steps=2", "lora.rank=4", "loss.beta=0.04", "checkpoint.export_hf=true"),
                        str(out), quiet=True)
