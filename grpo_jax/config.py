@@ -919,8 +919,9 @@ def inert_settings(cfg: TrainConfig) -> list[str]:
         notes.append(f"loss.policy_loss = kl_cov: its penalty |log ratio| has no meaningful gradient (zero, or the "
                      f"sign of float noise for each selected token): {why}")
     if cfg.rollout.off_policy_steps and cfg.checkpoint.every == 1:
-        notes.append("rollout.off_policy_steps = 1 decodes nothing off-policy with checkpoint.every = 1: the step after "
-                     "a checkpoint is decoded with its own params (so that a resume is bitwise), and every step is one")
+        notes.append("rollout.off_policy_steps = 1 decodes nothing off-policy with checkpoint.every = 1: the step "
+                     "after a checkpoint is decoded with its own params (so that a resume is bitwise), and every step "
+                     "is one")
     tokens = cfg.prompts_per_step * cfg.sampling.group_size * cfg.sampling.max_new_tokens / cfg.minibatches
     for name, field in (("clip_cov", "clip_cov_ratio"), ("kl_cov", "kl_cov_ratio")):
         ratio = getattr(loss, field)

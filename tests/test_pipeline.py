@@ -19,8 +19,8 @@ from grpo_jax import experience, train, update
 from grpo_jax.config import override
 from grpo_jax.rewards import RewardError
 from grpo_jax.runlog import read_jsonl
-from tests.test_train import (ROOT, SIGNAL, TINY, _assert_moved, _assert_real_signal, _assert_rows_have_signal, _assert_same_update, _leaves,
-                              _run, signal_config)
+from tests.test_train import (ROOT, SIGNAL, TINY, _assert_moved, _assert_real_signal, _assert_rows_have_signal,
+                              _assert_same_update, _leaves, _run, signal_config)
 
 OFF = "rollout.off_policy_steps=1"
 
@@ -134,7 +134,8 @@ def test_off_policy_kill_minus_9_then_resume_is_bitwise_identical(tmp_path):
     subprocess.run(_run(tmp_path / "killed", *extra) + ["--resume"], check=True, cwd=ROOT, timeout=600)
     rows = _assert_rows_have_signal(tmp_path / "straight" / "metrics.jsonl")
     assert [r["rollout/lag"] for r in rows] == [0.0, 1.0, 1.0, 0.0, 1.0, 1.0]
-    assert (tmp_path / "straight" / "metrics.jsonl").read_bytes() == (tmp_path / "killed" / "metrics.jsonl").read_bytes()
+    straight, killed = ((tmp_path / name / "metrics.jsonl").read_bytes() for name in ("straight", "killed"))
+    assert straight == killed
     finals = []
     for name in ("straight", "killed"):
         from grpo_jax.checkpoint import Checkpointer
@@ -185,7 +186,8 @@ def test_a_reward_that_raises_mid_run_stops_it_naming_the_row(tmp_path, monkeypa
                         {"name": "pipeline_rewards:fails_on_third_step", "weight": 0.0}])
     cfg = override(train.TrainConfig(), [*TINY, f"rewards.specs={specs}", "steps=5", mode, "checkpoint.every=0"])
     tr = train.Trainer(cfg, str(tmp_path / "run"), quiet=True)
-    with pytest.raises(RewardError, match=r"fails_on_third_step.*response 0 of 16 \(row prompt '.*the verifier is gone"):
+    named = r"fails_on_third_step.*response 0 of 16 \(row prompt '.*the verifier is gone"
+    with pytest.raises(RewardError, match=named):
         tr.run()
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2]

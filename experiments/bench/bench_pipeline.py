@@ -119,7 +119,8 @@ print(json.dumps({{"iteration": tr.iteration_seconds[warmup:],
                   "rollout_wait": [r["time/rollout_wait"] for r in rows],
                   "score": [r["time/score"] for r in rows], "update": [r["time/update"] for r in rows],
                   "rounds": [m.get("dynamic/rounds", 1.0) for m in metrics],
-                  "metrics_sha256": hashlib.sha256(open(os.path.join(out, "metrics.jsonl"), "rb").read()).hexdigest()}}))
+                  "metrics_sha256": hashlib.sha256(open(os.path.join(out, "metrics.jsonl"), "rb").read()).hexdigest(),
+                  }}))
 """
 
 
@@ -166,10 +167,11 @@ def _print(results: dict) -> None:
     print(f"{'workload':<16}{'device':>8}{'score':>8}  " + "".join(f"{n + ' step / idle':>26}" for n in SCHEDULES)
           + f"{'overlap/seq':>13}{'off/seq':>9}{'bitwise':>9}")
     for workload, r in results.items():
-        cells = "".join(f"{r['schedules'][n]['step_s']:>16.3f} s / {r['schedules'][n]['idle']:>4.0%}" for n in SCHEDULES)
-        seq = r["schedules"]["sequential"]["step_s"]
+        sched = r["schedules"]
+        cells = "".join(f"{sched[n]['step_s']:>16.3f} s / {sched[n]['idle']:>4.0%}" for n in SCHEDULES)
+        seq = sched["sequential"]["step_s"]
         print(f"{workload:<16}{r['device_s']:>7.3f}s{r['score_s']:>7.3f}s  {cells}"
-              f"{r['schedules']['overlapped']['step_s'] / seq:>13.3f}{r['schedules']['off-policy']['step_s'] / seq:>9.3f}"
+              f"{sched['overlapped']['step_s'] / seq:>13.3f}{sched['off-policy']['step_s'] / seq:>9.3f}"
               f"{'yes' if r['sequential_equals_overlapped'] else 'NO':>9}")
     print(json.dumps(results))
 
