@@ -366,7 +366,8 @@ class Trainer:
         metrics.update(monitor.health_metrics(metrics, vocab_size=self.actor.model_cfg.vocab_size))
         n_tokens = int(sharding.to_host(exp.rollout.lengths).sum())
         timings = {"time/rollout_wait": t_decoded - t0, "time/score": t1 - t_decoded,
-                   "time/score_ahead": t_scored_ahead, "time/rollout_and_reward": t1 - t0, "time/update": t2 - t1, "time/step": t2 - t0,
+                   "time/score_ahead": t_scored_ahead, "time/rollout_and_reward": t1 - t0, "time/update": t2 - t1,
+                   "time/step": t2 - t0,
                    "tokens_per_s": n_tokens / max(t2 - t0, 1e-9)}  # completion tokens per second of step_once
         return StepOutput(metrics, timings, exp, histograms)
 

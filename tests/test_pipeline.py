@@ -259,7 +259,8 @@ def test_a_shut_down_sandbox_pool_is_an_error_naming_the_row():
 
     pool = SandboxPool(1)
     pool.close()
-    with pytest.raises(RewardError, match=r"reward 'code' \(code\) failed on response 0 of 2 \(row id='inc-1'\).*after shutdown"):
+    named = r"reward 'code' \(code\) failed on response 0 of 2 \(row id='inc-1'\).*after shutdown"
+    with pytest.raises(RewardError, match=named):
         evaluate([RewardSpec("code")], [SLEEPER, SLEEPER], [CODE_ROW, dict(CODE_ROW, id="inc-2")], pool=pool)
 
 
