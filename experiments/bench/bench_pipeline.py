@@ -13,12 +13,12 @@ Workloads, all on the default experiment's model and shapes (width 128, 2 layers
 tokens; a checkpoint every 10 steps and samples logged as the default experiment does):
 - `arithmetic`: the default experiment's step itself (DAPO dynamic sampling on: 64 prompts a round);
 - `code`: every completion scored by the sandboxed code reward (one sandboxed process per completion, what a
-  code task costs the host), dynamic sampling off;
+  code task costs the host), 8 prompts x G = 8 a step, dynamic sampling off;
 - `latency 0.5 s`: a reward that waits 0.5 s per batch and uses no CPU (a remote verifier or judge; the wait
   is spread over the batch's completions), dynamic sampling off.
 
-Each (workload, schedule) runs in a fresh process; the first `--warmup` iterations (compiles) are dropped and
-the schedules alternate over `--rounds`. A step is one whole loop iteration of `Trainer.run` (step, logs,
+Each (workload, schedule) runs in a fresh process; the first `--warmup` iterations (compiles) and the last one
+(nothing left to overlap it with) are dropped, and the schedules alternate over `--rounds`. A step is one whole loop iteration of `Trainer.run` (step, logs,
 samples, checkpoint). The device (here the CPU's XLA programs) is busy for the decode and the update: that time
 is measured in the sequential schedule, where the host waits for each (`time/rollout_wait` x the step's rounds
 + `time/update`), and the idle fraction of a schedule is 1 - device time / step time. `--policy RUN` starts
@@ -49,7 +49,7 @@ LATENCY_S = 0.5
 N_BATCH = 32 * 8  # completions per scored batch without dynamic sampling
 WORKLOADS = {
     "arithmetic": [],
-    "code": ["dynamic.enabled=false", "task.name=bench_pipeline:CodeScoredArithmetic",
+    "code": ["dynamic.enabled=false", "prompts_per_step=8", "task.name=bench_pipeline:CodeScoredArithmetic",
              "rewards.specs=" + json.dumps([{"name": "code", "kwargs": {"wall_s": 5.0, "cpu_s": 2.0}},
                                             {"name": "format", "weight": 0.1}])],
     f"latency {LATENCY_S:g} s": [
@@ -106,16 +106,17 @@ steps, warmup, extra, policy, policy_step = (int(sys.argv[1]), int(sys.argv[2]),
                                              sys.argv[4], sys.argv[5])
 cfg = override(presets.arithmetic(), ["logging.tensorboard=false", "logging.progress=false", "checkpoint.every=10",
                "logging.eval_every=0", "task.n_eval=0", "monitor.collapse_action=warn",
-               f"steps={{steps + warmup}}"] + extra)
+               f"steps={{warmup + steps + 1}}"] + extra)
 out = tempfile.mkdtemp()
 tr = Trainer(cfg, out, quiet=True)
 if policy:
     from grpo_jax.export import restore_policy
     tr.set_params(restore_policy(policy, int(policy_step) if policy_step else None)[2])
 tr.run()
-rows = [json.loads(l) for l in open(os.path.join(out, "timings.jsonl"))][warmup:]
-metrics = [json.loads(l) for l in open(os.path.join(out, "metrics.jsonl"))][warmup:]
-print(json.dumps({{"iteration": tr.iteration_seconds[warmup:],
+timed = slice(warmup, warmup + steps)  # the last iteration, with no next rollout to overlap, is left out
+rows = [json.loads(l) for l in open(os.path.join(out, "timings.jsonl"))][timed]
+metrics = [json.loads(l) for l in open(os.path.join(out, "metrics.jsonl"))][timed]
+print(json.dumps({{"iteration": tr.iteration_seconds[timed],
                   "rollout_wait": [r["time/rollout_wait"] for r in rows],
                   "score": [r["time/score"] for r in rows], "update": [r["time/update"] for r in rows],
                   "rounds": [m.get("dynamic/rounds", 1.0) for m in metrics],
@@ -135,7 +136,7 @@ def _child(steps: int, warmup: int, extra: list[str], policy: str, policy_step: 
 
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--steps", type=int, default=15, help="timed iterations per run")
+    p.add_argument("--steps", type=int, default=6, help="timed iterations per run")
     p.add_argument("--warmup", type=int, default=3, help="first iterations dropped (compiles)")
     p.add_argument("--rounds", type=int, default=2, help="runs per (workload, schedule), schedules alternating")
     p.add_argument("--policy", default="", help="a run folder whose checkpoint is the starting policy")
