@@ -1,7 +1,7 @@
 """Step time and device-idle fraction of the step's three schedules, from the Trainer's own loop:
 
     python experiments/bench/bench_pipeline.py                                # random init, 2 rounds
-    python experiments/bench/bench_pipeline.py --policy runs/arithmetic --policy-step 100 --steps 20
+    python experiments/bench/bench_pipeline.py --policy runs/arithmetic --policy-step 800   # a trained policy
 
 Schedules: `sequential` (rollout.overlap=false: decode, score, update, then the host's metrics, logs and
 checkpoints, one after the other), `overlapped` (the default: the next rollout is dispatched as soon as the
