@@ -185,7 +185,9 @@ class RewardError(RuntimeError):
     `MissingFieldError` is a KeyError too), with the same message."""
 
 
-def _describe(i: int, n: int, sample: Mapping[str, Any]) -> str:
+def _describe(i: int, n: int, sample: Any) -> str:
+    if not isinstance(sample, Mapping):
+        return f"response {i} of {n} (a row that is a {type(sample).__name__}, not a mapping)"
     row = next((f"{k}={sample[k]!r:.60}" for k in ("id", "task_id", "problem_id") if k in sample), None)
     prompt = sample.get("prompt")
     where = row or (f"prompt {prompt!r:.80}" if isinstance(prompt, str) else f"fields {sorted(map(str, sample))}")
