@@ -86,7 +86,7 @@ def test_off_policy_rollouts_are_the_previous_params_and_their_update_is_the_off
         assert out.metrics["grad_norm"] > 0 and "gap/kl" in out.metrics  # the gap is measured every step
         history.append(_copy(tr.state.params))
         ro = out.experience.rollout
-        behaviour, sampler_logp = _teacher_forced(tr, history[max(k - 1, 0) if k else 0], ro)
+        behaviour, sampler_logp = _teacher_forced(tr, history[max(k - 1, 0)], ro)  # history[j]: step j's params
         np.testing.assert_allclose(sampler_logp, behaviour, atol=1e-5)
         if k == 0:
             continue
