@@ -280,7 +280,7 @@ class Trainer:
         cfg = self.cfg
         ahead = (step, step + 1) if cfg.rollout.off_policy_steps else (step,)
         for s in ahead:
-            if s >= cfg.steps or s in self._pending or (s > step and self._fresh_after_checkpoint(s)):
+            if s >= cfg.steps or s in self._pending or (s > step and self._periodic_checkpoint(s)):
                 continue
             before = self.stream.cursor
             rows = self.next_rows(experience.round_size(cfg.prompts_per_step, cfg.dynamic))
@@ -310,9 +310,10 @@ class Trainer:
             self.stream.cursor = next(iter(self._pending.values())).cursor_before
         self._pending.clear()
 
-    def _fresh_after_checkpoint(self, step: int) -> bool:
-        """A periodic checkpoint is written before `step`: a run resumed from it decodes `step`'s rollout with
-        its own params (the one it was decoded with is not kept), so the uninterrupted run does too."""
+    def _periodic_checkpoint(self, step: int) -> bool:
+        """Whether `run` writes a periodic checkpoint at `step` (checkpoint.every). A run resumed from it decodes
+        `step`'s rollout with its own params (the params before are not kept), so the uninterrupted run does
+        too (`_decode_with_current`)."""
         every = self.cfg.checkpoint.every
         return bool(every) and step % every == 0
 
@@ -407,7 +408,7 @@ class Trainer:
 
     def _run(self) -> dict:
         cfg, start_time, paused = self.cfg, time.perf_counter(), False
-        eval_every, ckpt_every = cfg.logging.eval_every, cfg.checkpoint.every
+        eval_every = cfg.logging.eval_every
         if self.step == 0 and eval_every:
             self.logger.log(0, self.evaluate(sampled=self._sampled_eval_due(0)))
         iteration_start = time.perf_counter()
@@ -424,7 +425,7 @@ class Trainer:
             self.logger.log_samples(step, samples)
             alarms = self.monitor.observe(step, metrics)
             paused = monitor.should_pause(alarms)
-            if (ckpt_every and step % ckpt_every == 0) or last or paused:
+            if self._periodic_checkpoint(step) or last or paused:
                 self.save(metrics)
             self._report_alarms(step, alarms)
             now = time.perf_counter()  # the whole iteration (step, logs, evaluation, checkpoint)

@@ -7,8 +7,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 
 import jax
@@ -19,8 +17,9 @@ from grpo_jax import experience, train, update
 from grpo_jax.config import override
 from grpo_jax.rewards import RewardError
 from grpo_jax.runlog import read_jsonl
-from tests.test_train import (ROOT, SIGNAL, TINY, _assert_moved, _assert_real_signal, _assert_rows_have_signal,
-                              _assert_same_update, _leaves, _run, signal_config)
+from tests.test_train import (SIGNAL, TINY, _assert_moved, _assert_real_signal, _assert_rows_have_signal,
+                              _assert_same_update, _leaves, assert_same_final_state, run_straight_and_killed,
+                              signal_config)
 
 OFF = "rollout.off_policy_steps=1"
 
@@ -118,39 +117,12 @@ def test_off_policy_kill_minus_9_then_resume_is_bitwise_identical(tmp_path):
     with its own params, as the uninterrupted run did, and everything after is the same bytes."""
     steps = 6
     extra = (*SIGNAL, f"steps={steps}", OFF, "checkpoint.every=3")
-    subprocess.run(_run(tmp_path / "straight", *extra), check=True, cwd=ROOT, timeout=600)
-    proc = subprocess.Popen(_run(tmp_path / "killed", *extra), cwd=ROOT)
-    ckpts = tmp_path / "killed" / "checkpoints"
-    deadline = time.time() + 600
-    while time.time() < deadline and proc.poll() is None:
-        if ckpts.exists() and any(p.isdigit() and int(p) >= 3 for p in os.listdir(ckpts)):
-            break
-        time.sleep(0.02)
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
-    assert proc.returncode == -signal.SIGKILL, proc.returncode
-    done = [int(p) for p in os.listdir(ckpts) if p.isdigit()]
-    assert 3 <= max(done) < steps, done
-    subprocess.run(_run(tmp_path / "killed", *extra) + ["--resume"], check=True, cwd=ROOT, timeout=600)
+    run_straight_and_killed(tmp_path, extra, steps=steps, kill_after=3)
     rows = _assert_rows_have_signal(tmp_path / "straight" / "metrics.jsonl")
     assert [r["rollout/lag"] for r in rows] == [0.0, 1.0, 1.0, 0.0, 1.0, 1.0]
     straight, killed = ((tmp_path / name / "metrics.jsonl").read_bytes() for name in ("straight", "killed"))
     assert straight == killed
-    finals = []
-    for name in ("straight", "killed"):
-        from grpo_jax.checkpoint import Checkpointer
-
-        tr = train.Trainer(signal_config(*extra[len(SIGNAL):]), str(tmp_path / f"probe-{name}"), quiet=True)
-        initial = _leaves(tr.state.params)
-        ck = Checkpointer(str(tmp_path / name / "checkpoints"))
-        target = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), tr.state)
-        state, _, step = ck.restore(target)
-        ck.close()
-        assert step == steps
-        _assert_moved(initial, _leaves(state.params))
-        finals.append(_leaves(state.params) + _leaves(state.opt_state))
-    for a, b in zip(*finals):
-        np.testing.assert_array_equal(a, b)
+    assert_same_final_state(tmp_path, extra, steps=steps)
 
 
 # A reward that follows the reward contract itself (as one made with `base.reward` does), so nothing between it and

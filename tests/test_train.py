@@ -167,12 +167,11 @@ def test_same_seed_same_metrics_different_seed_different(tmp_path):
 KILL_SEED = 19
 
 
-def test_kill_minus_9_then_resume_is_bitwise_identical(tmp_path):
-    steps = 6
-    extra = (*SIGNAL, f"steps={steps}")
+def run_straight_and_killed(tmp_path, extra, *, steps: int, kill_after: int) -> None:
+    """The run of `extra` (its last step `steps`) twice from the command line: <tmp>/straight uninterrupted, and
+    <tmp>/killed killed with SIGKILL once a checkpoint at step >= kill_after is on disk (before the last step),
+    then resumed with --resume."""
     subprocess.run(_run(tmp_path / "straight", *extra), check=True, cwd=ROOT, timeout=600)
-    # a random step, so the resume is not tested at one fixed point only; seeded so that a failure reproduces
-    kill_after = int(np.random.default_rng(KILL_SEED).integers(1, steps - 1))
     proc = subprocess.Popen(_run(tmp_path / "killed", *extra), cwd=ROOT)
     ckpts = tmp_path / "killed" / "checkpoints"
     deadline = time.time() + 600
@@ -180,7 +179,7 @@ def test_kill_minus_9_then_resume_is_bitwise_identical(tmp_path):
         done = [int(p) for p in os.listdir(ckpts) if p.isdigit()] if ckpts.exists() else []
         if done and max(done) >= kill_after:
             break
-        time.sleep(0.05)
+        time.sleep(0.02)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     # the kill landed mid-run: the process died of the SIGKILL, after step kill_after and before the last step
@@ -188,11 +187,16 @@ def test_kill_minus_9_then_resume_is_bitwise_identical(tmp_path):
     done = [int(p) for p in os.listdir(ckpts) if p.isdigit()]
     assert kill_after <= max(done) < steps, (kill_after, done)
     subprocess.run(_run(tmp_path / "killed", *extra) + ["--resume"], check=True, cwd=ROOT, timeout=600)
+
+
+def assert_same_final_state(tmp_path, extra, *, steps: int) -> None:
+    """<tmp>/straight and <tmp>/killed end on a checkpoint at `steps` with bitwise equal params and optimizer
+    state, and the params moved from their initialisation."""
     from grpo_jax.checkpoint import Checkpointer
 
     finals = []
     for name in ("straight", "killed"):
-        tr = train.Trainer(signal_config(*extra), str(tmp_path / f"probe-{name}"), quiet=True)
+        tr = train.Trainer(tiny_config(*extra), str(tmp_path / f"probe-{name}"), quiet=True)
         initial = _leaves(tr.state.params)  # the params a resume that rebuilt them from the seed would have
         ck = Checkpointer(str(tmp_path / name / "checkpoints"))
         target = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), tr.state)
@@ -203,6 +207,15 @@ def test_kill_minus_9_then_resume_is_bitwise_identical(tmp_path):
         finals.append(_leaves(state.params) + _leaves(state.opt_state))
     for a, b in zip(*finals):
         np.testing.assert_array_equal(a, b)
+
+
+def test_kill_minus_9_then_resume_is_bitwise_identical(tmp_path):
+    steps = 6
+    extra = (*SIGNAL, f"steps={steps}")
+    # a random step, so the resume is not tested at one fixed point only; seeded so that a failure reproduces
+    kill_after = int(np.random.default_rng(KILL_SEED).integers(1, steps - 1))
+    run_straight_and_killed(tmp_path, extra, steps=steps, kill_after=kill_after)
+    assert_same_final_state(tmp_path, extra, steps=steps)
     rows = _assert_rows_have_signal(tmp_path / "straight" / "metrics.jsonl")
     assert [r["step"] for r in rows] == list(range(1, steps + 1))
     assert (tmp_path / "straight" / "metrics.jsonl").read_bytes() == (tmp_path / "killed" / "metrics.jsonl").read_bytes()
