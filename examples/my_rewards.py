@@ -27,3 +27,12 @@ def contains_answer(completion: str, answer: str) -> RewardResult:
     """1 when the row's `answer` appears in the completion. It declares no version: its spec gives one."""
     found = str(answer) in completion
     return RewardResult(float(found), {"reason": "ok" if found else "answer_absent"})
+
+
+@user_reward("1", batched=True, threads=1)
+def judged_in_one_request(completions: list[str], answer: list[str]) -> list[float]:
+    """A reward that scores the whole batch in one call (`batched=True`, as TRL's reward functions do): the
+    completions as a list and each row field as a list over the batch. A remote judge would send one request
+    here; `threads=1` runs the call beside the inline rewards (and, with rollout.off_policy_steps=1, beside the
+    trainer's logging) instead of on the main thread. This stand-in judges locally: 1 where the answer appears."""
+    return [float(str(a) in c) for c, a in zip(completions, answer)]

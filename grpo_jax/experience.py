@@ -122,23 +122,46 @@ def score(actor: Actor, rows: Sequence[Row], ro: sampler.Rollout) -> Experience:
     devices (`sharding.process_rows` of the rollout mesh) and R and the reasons are gathered after, so an
     expensive reward (sandboxed code) is not run by every host on every row; the completions are decoded on
     every host."""
+    return start_scoring(actor, rows, ro).result()
+
+
+class Scoring:
+    """A rollout being scored (`start_scoring`): `result()` waits for the rewards that run elsewhere (sandboxed,
+    threaded) and gathers -> the Experience; every process calls it at the same point (the gather is a
+    collective). `close()` abandons it."""
+
+    def __init__(self, finish: Callable[[], Experience], close: Callable[[], None]) -> None:
+        self._finish, self.close = finish, close
+
+    def result(self) -> Experience:
+        return self._finish()
+
+
+def start_scoring(actor: Actor, rows: Sequence[Row], ro: sampler.Rollout) -> Scoring:
+    """`score`, begun: the completions decoded, the inline rewards and the token kinds computed; the rewards
+    that wait (`rewards.registry.threads`) or run sandboxed go on while the caller does other host work."""
     toks, lengths = sharding.to_host(ro.tokens), sharding.to_host(ro.lengths)
     b, g, _ = toks.shape
     texts = [actor.tokenizer.decode(toks[i, j, : lengths[i, j]]) for i in range(b) for j in range(g)]
     owned = sharding.process_rows(actor.mesh, b)
     mine = owned[jax.process_index()] if len(owned) > 1 else owned[0]
     samples = [dict(rows[i], response_length=int(lengths[i, j])) for i in mine for j in range(g)]
-    r = np.zeros((len(mine), g, len(actor.specs)), np.float32)
-    codes = np.zeros((len(mine), g, len(actor.specs), REASON_BYTES), np.uint8)
-    if len(mine):  # a process may hold no rows (fewer groups than processes) but still joins the gather
-        r_flat, infos = rewards_lib.evaluate(actor.specs, [texts[i * g + j] for i in mine for j in range(g)],
-                                             samples)
-        r, codes = r_flat.reshape(r.shape), reason_codes(infos["per_response"], actor.dims).reshape(codes.shape)
-    codes = sharding.gather_rows(codes, owned, b).reshape(b * g, len(actor.specs), REASON_BYTES)
-    return Experience(rows=tuple(rows), rollout=ro, rewards=sharding.gather_rows(r, owned, b), texts=tuple(texts),
-                      reasons=tuple(reasons_from_codes(codes, actor.dims)),
-                      token_kinds=token_kinds(actor.tokenizer, toks, lengths,
-                                              prefilled=[think_prefilled(r) for r in rows]))
+    shape = (len(mine), g, len(actor.specs))
+    # a process may hold no rows (fewer groups than processes) but still joins the gather
+    scoring = rewards_lib.start_evaluate(actor.specs, [texts[i * g + j] for i in mine for j in range(g)], samples) \
+        if len(mine) else None
+    kinds = token_kinds(actor.tokenizer, toks, lengths, prefilled=[think_prefilled(r) for r in rows])
+
+    def finish() -> Experience:
+        r, codes = np.zeros(shape, np.float32), np.zeros((*shape, REASON_BYTES), np.uint8)
+        if scoring is not None:
+            r_flat, infos = scoring.result()
+            r, codes = r_flat.reshape(shape), reason_codes(infos["per_response"], actor.dims).reshape(codes.shape)
+        codes = sharding.gather_rows(codes, owned, b).reshape(b * g, len(actor.specs), REASON_BYTES)
+        return Experience(rows=tuple(rows), rollout=ro, rewards=sharding.gather_rows(r, owned, b),
+                          texts=tuple(texts), reasons=tuple(reasons_from_codes(codes, actor.dims)), token_kinds=kinds)
+
+    return Scoring(finish, scoring.close if scoring is not None else lambda: None)
 
 
 # a reward's info["reason"] is a short identifier ("multiple_answers", "timeout"); longer ones are cut here

@@ -56,7 +56,7 @@ class _Pending:
     cursor_before: data_lib.Cursor  # the data stream's cursor before these rows (a checkpoint saves the oldest)
     temperature: float  # what it was sampled at
     lag: int  # updates between the params that decoded it and the params of the step that trains on it
-    scored: experience.Experience | Exception | None = None  # scored ahead (off-policy), or what scoring raised
+    scored: experience.Scoring | Exception | None = None  # scored ahead (off-policy), or what scoring raised
 
 
 class Trainer:
@@ -294,12 +294,13 @@ class Trainer:
         """Score `step`'s rollout, decoded ahead with the previous params, now: the host works while the device
         runs the update just dispatched and the rollout after. Its first round only (dynamic sampling draws
         later rounds when the step runs); what scoring raises is kept and raised by that step, so the step
-        that is running now is logged and checkpointed first."""
+        that is running now is logged and checkpointed first. Rewards that wait (`user_reward(threads=)`) go on
+        in their threads while this step logs; `step` collects them."""
         pending = self._pending.get(step)
         if pending is None or pending.scored is not None:
             return
         try:
-            scored = experience.score(self.actor, pending.rows, pending.rollout)
+            scored = experience.start_scoring(self.actor, pending.rows, pending.rollout)
         except Exception as e:  # noqa: BLE001 - raised by the step that trains on it
             scored = e
         self._pending[step] = dataclasses.replace(pending, scored=scored)
@@ -308,6 +309,9 @@ class Trainer:
         """Forget the rollouts dispatched ahead; their rows go back to the stream (the oldest one's cursor)."""
         if self._pending:
             self.stream.cursor = next(iter(self._pending.values())).cursor_before
+        for pending in self._pending.values():
+            if isinstance(pending.scored, experience.Scoring):
+                pending.scored.close()
         self._pending.clear()
 
     def _periodic_checkpoint(self, step: int) -> bool:
@@ -338,11 +342,12 @@ class Trainer:
             raise pending.scored
         jax.block_until_ready(pending.rollout.tokens)
         t_decoded = time.perf_counter()
+        scored = pending.scored.result() if pending.scored is not None else None  # threaded rewards, collected
         params = self._rollout_params() if cfg.dynamic.enabled else None  # later rounds: this step's params
         exp, dyn_metrics = experience.collect(self.actor, params, self.next_rows, k_sample,
                                               n_prompts=cfg.prompts_per_step, weights=weights, dynamic=cfg.dynamic,
                                               advantage=cfg.advantage, temperature=temperature,
-                                              first=pending.scored or (pending.rows, pending.rollout))
+                                              first=scored or (pending.rows, pending.rollout))
         t1 = time.perf_counter()
         adv, diag = experience.advantages_and_diagnostics(exp, weights, cfg=cfg.advantage)
         batch = experience.make_batch(exp, adv, self.mesh, mask_truncated=cfg.loss.mask_truncated)

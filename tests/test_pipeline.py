@@ -244,3 +244,75 @@ def test_off_policy_with_dynamic_sampling_decodes_later_rounds_with_the_steps_pa
     for r in rows[1:]:
         assert r["rollout/lag"] == r["dynamic/first_round_frac"] > 0
     assert rows[0]["rollout/lag"] == 0.0 and any(r["dynamic/first_round_frac"] < 1 for r in rows)
+
+
+# Rewards declared to wait (`user_reward(threads=)`), for the trainer. `chars` scores the completion's length;
+# `judged` does the same from threads; `after_the_log` is judged only once the step before its batch has been
+# logged (it reads metrics.jsonl): 16 completions a step, so its calls 16b..16b+15 are step b+1's.
+THREADED_REWARDS = """
+import os, threading, time
+from grpo_jax.rewards import user_reward
+
+CALLS, LOCK = [0], threading.Lock()
+
+def _chars(completion):
+    return min(len(completion), 12) / 12
+
+@user_reward("1")
+def chars(completion, **row):
+    return _chars(completion)
+
+@user_reward("1", threads=4)
+def judged(completion, **row):
+    assert threading.current_thread() is not threading.main_thread()  # else it scores 0: a different run
+    return _chars(completion)
+
+@user_reward("1", threads=4)
+def after_the_log(completion, **row):
+    with LOCK:
+        batch, CALLS[0] = CALLS[0] // 16, CALLS[0] + 1
+    path, deadline = os.environ["GRPO_TEST_METRICS"], time.monotonic() + 20
+    while time.monotonic() < deadline:
+        if batch == 0 or (os.path.exists(path) and open(path).read().count('"grad_norm"') >= batch):
+            return 1.0
+        time.sleep(0.01)
+    return 0.0
+"""
+
+
+def _threaded_config(tmp_path, monkeypatch, module, *specs, extra=()):
+    (tmp_path / f"{module}.py").write_text(THREADED_REWARDS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    signal = json.loads(SIGNAL[0].partition("=")[2])  # math, format, length: a gradient on a random model
+    return signal_config(OFF, "checkpoint.every=0", *extra, "rewards.specs=" + json.dumps([*signal, *specs]))
+
+
+def test_a_reward_with_threads_changes_no_number(tmp_path, monkeypatch):
+    """The same reward run inline and from threads (scored ahead, collected by the next step): byte-identical
+    metrics over 4 real steps."""
+    streams = []
+    for name in ("chars", "judged"):
+        spec = {"name": f"threaded_rewards_a:{name}", "label": "length_score", "weight": 0.5}
+        tr = train.Trainer(_threaded_config(tmp_path, monkeypatch, "threaded_rewards_a", spec, extra=["steps=4"]),
+                           str(tmp_path / name), quiet=True)
+        before = _leaves(tr.state.params)
+        tr.run()
+        _assert_moved(before, _leaves(tr.state.params))
+        rows = _assert_rows_have_signal(tmp_path / name / "metrics.jsonl")
+        assert all(r["reward/length_score/mean"] > 0 for r in rows)
+        streams.append((tmp_path / name / "metrics.jsonl").read_bytes())
+    assert streams[0] == streams[1]
+
+
+def test_off_policy_a_waiting_reward_is_judged_while_the_step_before_is_logged(tmp_path, monkeypatch):
+    """Off-policy, step k+1's rollout is scored while step k finishes: a reward with threads is still being
+    judged when step k logs, and step k+1 collects it. `after_the_log` returns 1 only once step k is in
+    metrics.jsonl, so a trainer that waited for it before logging would see it give up (20 s) and score 0."""
+    monkeypatch.setenv("GRPO_TEST_METRICS", str(tmp_path / "run" / "metrics.jsonl"))
+    spec = {"name": "threaded_rewards_b:after_the_log", "weight": 0.0}
+    tr = train.Trainer(_threaded_config(tmp_path, monkeypatch, "threaded_rewards_b", spec), str(tmp_path / "run"),
+                       quiet=True)
+    tr.run()
+    rows = _assert_rows_have_signal(tmp_path / "run" / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [1, 2, 3] and [r["rollout/lag"] for r in rows] == [0.0, 1.0, 1.0]
+    assert [r["reward/after_the_log/mean"] for r in rows] == [1.0, 1.0, 1.0]

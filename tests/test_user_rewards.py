@@ -16,8 +16,8 @@ import pytest
 from grpo_jax import build, export, train
 from grpo_jax.config import TrainConfig, from_dict, override
 from grpo_jax.rewards import MissingFieldError, RewardInputError, RewardResult
-from grpo_jax.rewards.registry import RewardSpec, describe, evaluate
-from grpo_jax.rewards.user import adapt, user_reward
+from grpo_jax.rewards.registry import RewardSpec, describe, evaluate, start_evaluate
+from grpo_jax.rewards.user import adapt, adapt_batched, user_reward
 from grpo_jax.runlog import read_jsonl
 from grpo_jax.tasks import get_task
 from tests.test_train import tiny_config
@@ -146,7 +146,8 @@ def test_a_task_by_import_path_takes_its_options():
 
 
 USER_SPECS = [{"name": "math", "weight": 1.0}, {"name": "my_rewards:brevity", "weight": 1.0, "kwargs": {"budget": 12}},
-              {"name": "my_rewards:contains_answer", "weight": 0.1, "version": "1"}]
+              {"name": "my_rewards:contains_answer", "weight": 0.1, "version": "1"},
+              {"name": "my_rewards:judged_in_one_request", "weight": 0.1}]
 
 
 @pytest.mark.slow
@@ -160,6 +161,8 @@ def test_a_run_with_a_user_reward_trains_resumes_rolls_back_and_exports(tmp_path
     # brevity differs between completions of one prompt that stop at different lengths: a real gradient
     assert all(np.isfinite(r["grad_norm"]) and r["grad_norm"] > 0 for r in rows), [r["grad_norm"] for r in rows]
     assert all("reward/brevity/mean" in r for r in rows)
+    # the batched judge scores as contains_answer does, per completion
+    assert [r["reward/judged_in_one_request/mean"] for r in rows] == [r["reward/contains_answer/mean"] for r in rows]
 
     # the import paths live in config.json: a run rebuilt from it alone resumes, as a fresh process would
     saved = from_dict(TrainConfig, json.load(open(os.path.join(out, "config.json"))))
@@ -174,6 +177,7 @@ def test_a_run_with_a_user_reward_trains_resumes_rolls_back_and_exports(tmp_path
         rewards = {r["name"]: r for r in record["rewards"]}
         assert rewards["my_rewards:brevity"]["version"] == "1" and rewards["my_rewards:brevity"]["dimension"] == "brevity"
         assert rewards["my_rewards:contains_answer"]["version"] == "1"
+        assert rewards["my_rewards:judged_in_one_request"]["dimension"] == "judged_in_one_request"
         assert record["regression"]["my_rewards:brevity"]["status"] == "no cases"
     assert manifest["start_step"] == 2
 
@@ -207,7 +211,8 @@ def test_a_user_reward_module_is_imported_again_by_a_fresh_process(tmp_path):
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads(done.stdout.strip().splitlines()[-1]) == [
-        ["math", "5"], ["my_rewards:brevity", "1"], ["my_rewards:contains_answer", "1"]]
+        ["math", "5"], ["my_rewards:brevity", "1"], ["my_rewards:contains_answer", "1"],
+        ["my_rewards:judged_in_one_request", "1"]]
 
 
 @pytest.mark.slow
@@ -262,3 +267,140 @@ def test_a_run_with_a_user_reward_killed_mid_run_resumes_in_a_new_process_and_ex
                               capture_output=True, text=True, timeout=600)
     assert exported.returncode == 0, exported.stderr[-2000:]
     assert (tmp_path / "hf" / "config.json").exists()
+
+
+# A reward that waits (a remote judge) declared with threads: its calls run in threads, concurrently, and
+# `start_evaluate` returns while they wait, so the caller's host work overlaps them.
+WAITING_REWARDS = """
+import threading
+from grpo_jax.rewards import user_reward
+
+RELEASE = threading.Event()
+TOGETHER = threading.Barrier(4, timeout=20)
+THREADS = []
+
+@user_reward("1", threads=4)
+def judged(completion, **row):
+    THREADS.append(threading.current_thread().name)
+    TOGETHER.wait()  # passes only when 4 calls run at once
+    return float(RELEASE.wait(timeout=20))  # 0 if nobody released it: the caller waited for it first
+
+@user_reward("1", threads=2)
+def judge_down(completion, **row):
+    raise {error}("the judge is down")
+"""
+
+
+def _waiting_rewards(tmp_path, monkeypatch, module: str, error: str = "RuntimeError"):
+    (tmp_path / f"{module}.py").write_text(WAITING_REWARDS.format(error=error))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return __import__(module)
+
+
+def test_a_reward_declared_with_threads_runs_concurrently_and_after_start_returns(tmp_path, monkeypatch):
+    """8 calls of a threads=4 reward: they pass a 4-party barrier (4 ran at once, off the main thread), and they
+    finish only after `start_evaluate` returned and the caller released them, which it could not have done
+    if they ran inline (each would wait out its 20 s and score 0). The inline format reward beside it is done
+    by then. Results come back in response order, whatever order the threads finished in."""
+    mod = _waiting_rewards(tmp_path, monkeypatch, "waiting_rewards_a")
+    specs = [RewardSpec("waiting_rewards_a:judged"), RewardSpec("format")]
+    responses = [f"<think>{i}</think><answer>{i}</answer>" for i in range(8)]
+    scoring = start_evaluate(specs, responses, [dict(ROW, id=i) for i in range(8)])
+    assert "format" in scoring.columns and not all(f.done() for f in scoring.pending["judged"])
+    mod.RELEASE.set()
+    r, infos = scoring.result()
+    np.testing.assert_array_equal(r[:, 0], np.ones(8))
+    assert len(mod.THREADS) == 8 and all(name.startswith("reward-judged") for name in mod.THREADS)
+    assert infos["dimensions"] == ["judged", "format"] and r[:, 1].min() > 0
+    assert [p["judged"]["reason"] for p in infos["per_response"]] == ["ok"] * 8
+
+
+@pytest.mark.parametrize("error", ["RuntimeError", "RewardInputError"])
+def test_a_threaded_reward_that_raises_is_scored_or_named_like_an_inline_one(tmp_path, monkeypatch, error):
+    """What a threaded user reward raises is handled as it is inline: an ordinary exception costs the completion
+    a score of 0 with the error in its info; a RewardInputError (a bad row) stops scoring, raised by
+    `result()` with the dimension and the row named."""
+    if error == "RewardInputError":
+        WAITING = "from grpo_jax.rewards import RewardInputError\n"
+        (tmp_path / "waiting_rewards_c.py").write_text(WAITING + WAITING_REWARDS.format(error=error))
+        monkeypatch.syspath_prepend(str(tmp_path))
+        spec = RewardSpec("waiting_rewards_c:judge_down")
+        with pytest.raises(RewardInputError, match=r"'judge_down'.*response \d of 3 \(row id=\d"):
+            start_evaluate([spec], ["a", "b", "c"], [dict(ROW, id=i) for i in range(3)]).result()
+        return
+    _waiting_rewards(tmp_path, monkeypatch, "waiting_rewards_b", error)
+    r, infos = evaluate([RewardSpec("waiting_rewards_b:judge_down")], ["a", "b"], [ROW, ROW])
+    np.testing.assert_array_equal(r[:, 0], [0.0, 0.0])
+    assert "the judge is down" in json.dumps(infos["per_response"][0])
+
+
+def test_threads_must_be_a_non_negative_int_and_travel_through_the_adapter():
+    for bad in (-1, 1.5, True, "4"):
+        with pytest.raises(ValueError, match="threads must be an int >= 0"):
+            user_reward("1", threads=bad)
+    fn = adapt(user_reward("1", threads=3)(lambda completion, **row: 1.0), "m:judge")
+    assert fn.reward_threads == 3
+    assert adapt(user_reward("1")(lambda completion, **row: 1.0), "m:plain").reward_threads == 0
+
+
+def test_a_batched_reward_is_called_once_per_batch_with_the_rows_as_columns():
+    """`batched=True`: one call for the batch, the completions as a list and each row field as a list over the
+    batch (spec kwargs as they are); scores are clamped to the range and NaN scores 0, as per completion."""
+    calls = []
+
+    @user_reward("1", batched=True)
+    def judge(completions, answer, scale=1.0):
+        calls.append((list(completions), list(answer), scale))
+        return [scale * (a in c) for c, a in zip(completions, answer)][:-1] + [float("nan")]
+
+    fn = adapt_batched(judge, "m:judge")
+    rows = [dict(ROW, answer=a) for a in ("42", "7", "9")]
+    results = fn(["it is 42", "8", "9", "x"], rows + [dict(ROW, answer="x")], scale=3.0)
+    assert calls == [(["it is 42", "8", "9", "x"], ["42", "7", "9", "x"], 3.0)]
+    assert [r.score for r in results] == [1.0, 0.0, 1.0, 0.0]  # 3.0 clamped to 1; the last NaN scores 0
+    assert results[0].info["unclamped"] == 3.0 and all(r.info["reason"] == "ok" for r in results)
+    assert fn.reward_batched and fn.accepted_kwargs == {"answer", "scale"}
+
+
+@pytest.mark.parametrize("body, words", [
+    ("raise RuntimeError('judge down')", "judge down"),
+    ("return [1.0]", "returned 1 scores for 2 completions"),
+    ("return [1.0, 'yes']", "returned str"),
+])
+def test_a_batched_reward_that_fails_costs_its_batch_zero_with_the_error(body, words):
+    namespace: dict = {}
+    exec(f"def judge(completions, **row):\n    {body}\n", namespace)
+    fn = adapt_batched(user_reward("1", batched=True)(namespace["judge"]), "m:judge")
+    results = fn(["a", "b"], [ROW, ROW])
+    assert [r.score for r in results] == [0.0, 0.0]
+    assert all(r.info["reason"] == "internal_error" and words in r.info["error"] for r in results)
+
+
+def test_a_batched_reward_with_a_missing_field_names_it_and_the_batch(tmp_path, monkeypatch):
+    (tmp_path / "batched_rewards.py").write_text(
+        "from grpo_jax.rewards import user_reward\n\n"
+        "@user_reward('1', batched=True)\ndef needs_gold(completions, gold):\n    return [1.0] * len(completions)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(MissingFieldError, match=r"'needs_gold'.*batch of 2 responses.*\['gold'\], which the row"):
+        evaluate([RewardSpec("batched_rewards:needs_gold")], ["a", "b"], [dict(ROW, id=1), dict(ROW, id=2)])
+
+
+def test_a_batched_reward_with_threads_waits_beside_the_inline_rewards(tmp_path, monkeypatch):
+    """A batched judge with a thread: one call, off the main thread, still waiting when `start_evaluate` has
+    returned (the caller releases it); its scores land in response order."""
+    (tmp_path / "batched_judge.py").write_text(
+        "import threading\nfrom grpo_jax.rewards import user_reward\nRELEASE, SEEN = threading.Event(), []\n\n"
+        "@user_reward('1', threads=1, batched=True)\ndef judge(completions, id):\n"
+        "    SEEN.append((threading.current_thread().name, list(id)))\n"
+        "    return [float(RELEASE.wait(timeout=20)) * i / 10 for i in id]\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import batched_judge
+
+    scoring = start_evaluate([RewardSpec("batched_judge:judge"), RewardSpec("format")], ["a", "b", "c"],
+                             [dict(ROW, id=i) for i in (3, 1, 2)])
+    assert "format" in scoring.columns and not scoring.pending["judge"][0].done()
+    batched_judge.RELEASE.set()
+    r, infos = scoring.result()
+    np.testing.assert_allclose(r[:, 0], [0.3, 0.1, 0.2])
+    assert len(batched_judge.SEEN) == 1 and batched_judge.SEEN[0][0].startswith("reward-judge")
+    assert batched_judge.SEEN[0][1] == [3, 1, 2] and infos["time_s"]["judge"] > 0

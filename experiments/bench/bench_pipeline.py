@@ -14,8 +14,9 @@ tokens; a checkpoint every 10 steps and samples logged as the default experiment
 - `arithmetic`: the default experiment's step itself (DAPO dynamic sampling on: 64 prompts a round);
 - `code`: every completion scored by the sandboxed code reward (one sandboxed process per completion, what a
   code task costs the host), 8 prompts x G = 8 a step, dynamic sampling off;
-- `latency 0.5 s`: a reward that waits 0.5 s per batch and uses no CPU (a remote verifier or judge; the wait
-  is spread over the batch's completions), dynamic sampling off.
+- `latency 0.5 s`: a reward that waits 0.5 s per batch and uses no CPU (a remote verifier or judge scoring the
+  batch in one request), declared batched and with a thread (`user_reward(threads=1, batched=True)`), beside
+  the math and format rewards; dynamic sampling off.
 
 Each (workload, schedule) runs in a fresh process; the first `--warmup` iterations (compiles) and the last one
 (nothing left to overlap it with) are dropped, and the schedules alternate over `--rounds`. A step is one whole loop iteration of `Trainer.run` (step, logs,
@@ -46,7 +47,6 @@ SCHEDULES = {
     "off-policy": ["rollout.off_policy_steps=1", "sampling.old_logp_source=recompute", "loss.tis_cap=2.0"],
 }
 LATENCY_S = 0.5
-N_BATCH = 32 * 8  # completions per scored batch without dynamic sampling
 WORKLOADS = {
     "arithmetic": [],
     "code": ["dynamic.enabled=false", "prompts_per_step=8", "task.name=bench_pipeline:CodeScoredArithmetic",
@@ -56,22 +56,22 @@ WORKLOADS = {
         "dynamic.enabled=false",
         "rewards.specs=" + json.dumps([{"name": "math"}, {"name": "format", "weight": 0.1},
                                        {"name": "bench_pipeline:waits", "weight": 0.0,
-                                        "kwargs": {"seconds": LATENCY_S, "per": N_BATCH}}])],
+                                        "kwargs": {"seconds": LATENCY_S}}])],
 }
 
 
 # ------------------------------------------------------------------ what the child processes import
 
-def waits(response, sample, *, seconds: float, per: int):
-    """Score 0 after sleeping seconds / per: `per` calls (a batch) wait `seconds`, using no CPU."""
-    from grpo_jax.rewards import RewardResult
+def waits(completions, *, seconds: float):
+    """Score 0 after waiting `seconds` for the whole batch, using no CPU: one request to a judge that answers a
+    batch in that time. Declared batched and with a thread (as `user_reward("1", threads=1, batched=True)`
+    marks it), as a remote judge's reward would be, so its wait runs beside the inline rewards and, with
+    off-policy rollouts, beside the trainer's logging."""
+    time.sleep(seconds)
+    return [0.0] * len(completions)
 
-    time.sleep(seconds / per)
-    return RewardResult(0.0, {"reason": "waited"})
 
-
-waits.reward_name = "waits"
-waits.reward_version = "1"
+waits.reward_version, waits.score_range, waits.reward_threads, waits.reward_batched = "1", (0.0, 1.0), 1, True
 
 
 def _code_task():

@@ -15,7 +15,15 @@ from grpo_jax.rewards.countdown import countdown_numbers_reward, countdown_rewar
 from grpo_jax.rewards.format import format_reward, split_response
 from grpo_jax.rewards.math import answers_equal, math_reward
 from grpo_jax.rewards.penalties import length_penalty, overlong_penalty, repetition_penalty
-from grpo_jax.rewards.registry import REWARDS, RewardError, RewardSpec, dimension_names, evaluate, weights
+from grpo_jax.rewards.registry import (
+    REWARDS,
+    RewardError,
+    RewardSpec,
+    dimension_names,
+    evaluate,
+    start_evaluate,
+    weights,
+)
 from grpo_jax.rewards.sanitize import sanitize_prompt, sanitize_prompts
 from grpo_jax.rewards.science import science_reward
 from grpo_jax.rewards.translation import translation_reward
@@ -44,6 +52,7 @@ __all__ = [
     "sanitize_prompts",
     "science_reward",
     "split_response",
+    "start_evaluate",
     "translation_reward",
     "user_reward",
     "weights",

@@ -65,7 +65,7 @@ def as_str_list(value: Any, field_name: str) -> list[str]:
     return out
 
 
-def _bounded(score: float, lo: float, hi: float) -> float:
+def bounded(score: float, lo: float, hi: float) -> float:
     """Clamp and sanitise a score: NaN would silently poison the advantage estimator."""
     score = float(score)
     if math.isnan(score):
@@ -111,7 +111,7 @@ def reward(name: str, version: str, *, lo: float = 0.0, hi: float = 1.0) -> Call
             info = dict(result.info)
             info.setdefault("reason", "ok")
             info["time_s"] = time.perf_counter() - t0
-            return RewardResult(_bounded(result.score, lo, hi), info)
+            return RewardResult(bounded(result.score, lo, hi), info)
 
         wrapped.reward_name = name  # type: ignore[attr-defined]
         wrapped.reward_version = version  # type: ignore[attr-defined]

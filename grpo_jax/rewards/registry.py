@@ -9,16 +9,19 @@ A spec names a built-in reward (a key of REWARDS) or a researcher's own function
 `package.module:function` (rewards/user.py): config.json keeps the path, so a resumed run, a rollback or an
 export imports it again exactly as it looks up a built-in.
 
-Sandboxed rewards (code) are submitted to a bounded `SandboxPool` first and the inline rewards are
-computed while those programs run.
+Sandboxed rewards (code) are submitted to a bounded `SandboxPool` first, rewards that wait (a remote judge,
+`user_reward(threads=)`) to their own threads, and the inline rewards are computed while those run;
+`start_evaluate` returns before the others finish, so the trainer can do its other host work meanwhile.
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import Any
@@ -199,6 +202,23 @@ def _failed(spec: RewardSpec, i: int, n: int, sample: Mapping[str, Any], e: Base
     return type(e)(msg) if isinstance(e, RewardInputError) else RewardError(msg)  # MissingFieldError stays one
 
 
+def _batch_scorer(spec: RewardSpec) -> Callable[[list[tuple[str, Mapping[str, Any]]]], list[RewardResult]]:
+    """`score(pairs)`: a batched reward (`user_reward(batched=True)`) of every response in one call; what it
+    raises comes out naming the dimension and the batch."""
+    fn = reward_fn(spec.name)
+    kwargs = dict(spec.kwargs)
+
+    def score(pairs):
+        try:
+            return fn([r for r, _ in pairs], [s for _, s in pairs], **kwargs)
+        except Exception as e:  # noqa: BLE001 - re-raised, naming the batch
+            msg = (f"reward {spec.dimension!r} ({spec.name}) failed on its batch of {len(pairs)} responses "
+                   f"(first: {_describe(0, len(pairs), pairs[0][1]) if pairs else 'none'}): {type(e).__name__}: {e}")
+            raise (type(e)(msg) if isinstance(e, RewardInputError) else RewardError(msg)) from e
+
+    return score
+
+
 def _scorer(spec: RewardSpec, n: int) -> Callable[[tuple[int, tuple[str, Mapping[str, Any]]]], RewardResult]:
     """`score((i, (response, sample)))`: the spec's reward of one response; an exception it raises comes out
     naming the dimension, the response's position among the n and its row (`RewardError`)."""
@@ -229,6 +249,32 @@ def evaluate(
     `responses[i]`. infos: `dimensions`, `versions`, `weights`, per-dimension wall time `time_s`,
     and `per_response[i][dimension]` = that reward's info dict.
     """
+    return start_evaluate(specs, responses, samples, pool=pool, max_workers=max_workers).result()
+
+
+def threads(spec: RewardSpec) -> int:
+    """How many threads run the spec's reward beside the main thread (`reward_threads`, set by
+    `user_reward(threads=)`): 0 for a reward that computes (it runs inline, where the math reward's SIGALRM
+    timeout can be armed), more for one that waits (a remote judge)."""
+    return int(getattr(reward_fn(spec.name), "reward_threads", 0))
+
+
+def batched(spec: RewardSpec) -> bool:
+    """Whether the spec's reward scores a whole batch in one call (`user_reward(batched=True)`)."""
+    return bool(getattr(reward_fn(spec.name), "reward_batched", False))
+
+
+def start_evaluate(
+    specs: Sequence[RewardSpec],
+    responses: Sequence[str],
+    samples: Sequence[Mapping[str, Any]],
+    *,
+    pool: SandboxPool | None = None,
+    max_workers: int = 2,
+) -> Scoring:
+    """`evaluate`, begun: sandboxed rewards are submitted to the sandbox pool and rewards that wait (`threads`)
+    to their own threads, then the inline rewards are computed here; `result()` waits for the rest. The caller
+    can do other host work in between (the trainer logs a step while a judge answers)."""
     if len(responses) != len(samples):
         raise ValueError(f"got {len(responses)} responses but {len(samples)} samples")
     if not specs:
@@ -236,35 +282,91 @@ def evaluate(
     names = dimension_names(specs)
     pairs = list(zip(responses, samples, strict=True))
     own_pool = pool is None and any(s.name in SANDBOXED for s in specs)
-    pool = SandboxPool(max_workers) if own_pool else pool
+    scoring = Scoring(specs, names, len(pairs))
+    if own_pool:
+        pool = SandboxPool(max_workers)
+        scoring.closers.append(pool.close)
     try:
-        starts, pending = {}, {}
-        for spec in specs:  # start sandboxed work first so it overlaps the inline rewards
+        for spec in specs:  # start the work that runs elsewhere first, so it overlaps the inline rewards
+            n_threads = threads(spec)
             if spec.name in SANDBOXED:
-                starts[spec.dimension] = time.perf_counter()
-                pending[spec.dimension] = [_submit(pool, spec, item, len(pairs)) for item in enumerate(pairs)]
-        columns: dict[str, list[RewardResult]] = {}
-        times: dict[str, float] = {}
+                scoring.submit(spec, pool, pairs)
+            elif n_threads:
+                executor = ThreadPoolExecutor(max_workers=n_threads, thread_name_prefix=f"reward-{spec.dimension}")
+                scoring.closers.append(functools.partial(executor.shutdown, wait=False, cancel_futures=True))
+                scoring.submit(spec, executor, pairs)
         for spec in specs:
-            if spec.name not in SANDBOXED:
+            if spec.dimension not in scoring.pending:
                 t0 = time.perf_counter()
-                score = _scorer(spec, len(pairs))
-                columns[spec.dimension] = [score(item) for item in enumerate(pairs)]
-                times[spec.dimension] = time.perf_counter() - t0
-        for dim, futures in pending.items():
-            columns[dim] = [f.result() for f in futures]
-            times[dim] = time.perf_counter() - starts[dim]
-    finally:
-        if own_pool and pool is not None:
-            pool.close()
-    return _assemble(specs, names, columns, times, len(pairs))
+                if batched(spec):
+                    scoring.columns[spec.dimension] = _batch_scorer(spec)(pairs)
+                else:
+                    score = _scorer(spec, len(pairs))
+                    scoring.columns[spec.dimension] = [score(item) for item in enumerate(pairs)]
+                scoring.times[spec.dimension] = time.perf_counter() - t0
+    except BaseException:
+        scoring.close()
+        raise
+    return scoring
 
 
-def _submit(pool: SandboxPool, spec: RewardSpec, item, n: int):
-    """The pool's future of one response's score; a pool that takes no more work (shut down) is a
+class Scoring:
+    """A batch's rewards being computed (`start_evaluate`): the inline columns are done, the sandboxed and
+    threaded ones are futures. `result()` waits for them -> (R, infos) and releases the pools; `close()`
+    abandons them (a rollout that will not be trained on)."""
+
+    def __init__(self, specs: Sequence[RewardSpec], names: list[str], n: int) -> None:
+        self.specs, self.names, self.n = specs, names, n
+        self.columns: dict[str, list[RewardResult]] = {}
+        self.times: dict[str, float] = {}
+        self.pending: dict[str, list[Future]] = {}
+        self.closers: list[Callable[[], Any]] = []
+        self._started: dict[str, float] = {}
+        self._finished: dict[str, list[float]] = {}
+
+    def submit(self, spec: RewardSpec, pool: SandboxPool | ThreadPoolExecutor, pairs: list) -> None:
+        """Every response's score of `spec` as a future of `pool` (one future for the batch of a batched
+        reward); each records when it finished (`time_s` is the dimension's own wall time, not the time until
+        `result()` was called)."""
+        score = _batch_scorer(spec) if batched(spec) else _scorer(spec, len(pairs))
+        done = self._finished.setdefault(spec.dimension, [])
+
+        def timed(item):
+            try:
+                return score(item)
+            finally:
+                done.append(time.perf_counter())
+
+        self._started[spec.dimension] = time.perf_counter()
+        self.pending[spec.dimension] = ([pool.submit(timed, pairs)] if batched(spec) else
+                                        [_submit(pool, spec, timed, item, len(pairs)) for item in enumerate(pairs)])
+
+    def result(self) -> tuple[np.ndarray, dict[str, Any]]:
+        try:
+            for spec in self.specs:
+                dim = spec.dimension
+                if dim in self.pending:
+                    scores = [f.result() for f in self.pending[dim]]
+                    self.columns[dim] = scores[0] if batched(spec) else scores
+                    self.times[dim] = max(self._finished[dim], default=self._started[dim]) - self._started[dim]
+        finally:
+            self.close()
+        return _assemble(self.specs, self.names, self.columns, self.times, self.n)
+
+    def close(self) -> None:
+        for futures in self.pending.values():
+            for f in futures:
+                f.cancel()
+        for close in self.closers:
+            close()
+        self.closers.clear()
+
+
+def _submit(pool: SandboxPool | ThreadPoolExecutor, spec: RewardSpec, fn: Callable, item, n: int) -> Future:
+    """The pool's future of `fn(item)`, one response's score; a pool that takes no more work (shut down) is a
     `RewardError` naming the response."""
     try:
-        return pool.submit(_scorer(spec, n), item)
+        return pool.submit(fn, item)
     except RuntimeError as e:
         raise _failed(spec, item[0], n, item[1][1], e) from e
 
