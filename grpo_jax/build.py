@@ -11,6 +11,7 @@ import os
 import jax
 
 import models
+from grpo_jax import importpath, sharding
 from grpo_jax import rewards as rewards_lib
 from grpo_jax.cli import one_line
 from grpo_jax.config import LoraConfig, TrainConfig, UserError
@@ -40,6 +41,16 @@ def build_model(cfg: TrainConfig, vocab_size: int, key: jax.Array, *, tokenizer_
                 f"{vocab_size}")
         return model_cfg, params
     model_cfg = preset_config(spec, vocab_size)
+    if model_cfg.module:
+        try:
+            importpath.load(spec.module)  # a bad path: one line naming what is missing
+            module = models.decoder(model_cfg)  # built here, so an error in it is one line naming the key
+            sharding.declare_param_axes(getattr(module, "param_axes", {}), spec.module)
+        except Exception as e:  # noqa: BLE001 - the researcher's module: any error is reported as one line
+            raise UserError(f"model.module={spec.module!r}: {one_line(e)}") from e
+        if cfg.lora.rank:
+            raise UserError(f"model.module={spec.module!r} with lora.rank={cfg.lora.rank}: LoRA adapters sit on the "
+                            "built-in decoder's projections; train your module's own parameters (lora.rank=0)")
     return model_cfg, models.init_params(model_cfg, key)
 
 
@@ -73,7 +84,7 @@ def preset_config(spec, vocab_size: int) -> ModelConfig:
     shape = {f: getattr(spec, f) for f in ("d_model", "n_layers", "n_heads", "n_kv_heads", "head_dim", "mlp_dim")}
     overrides = {k: v for k, v in shape.items() if v}
     return models.preset(spec.preset, vocab_size=vocab_size, param_dtype=spec.param_dtype, dtype=spec.dtype,
-                         remat=spec.remat, **overrides)
+                         remat=spec.remat, module=spec.module, **overrides)
 
 
 def reward_specs(cfg: TrainConfig, task) -> tuple[rewards_lib.RewardSpec, ...]:

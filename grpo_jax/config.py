@@ -575,12 +575,18 @@ class ModelSpec:
     param_dtype: str = "float32"  # storage dtype of the policy weights
     dtype: str = "float32"  # matmul dtype; logits/softmax/logprobs always float32
     remat: str = "none"  # gradient checkpointing per decoder layer: none / full (recompute all) / dots (keep projections)
+    module: str = ""  # your own Flax linen decoder, package.module:Class, built as Class(model config) with the preset's shapes (docs/architecture.md, the model protocol); "" = the built-in decoder
 
     def __post_init__(self):
         for f in ("d_model", "n_layers", "n_heads", "n_kv_heads", "head_dim", "mlp_dim"):
             if getattr(self, f) < 0:
                 _fail("ModelSpec", f, f"must be >= 0 (0 = preset), got {getattr(self, f)!r}")
         _check_choice("ModelSpec", "remat", self.remat, REMAT_MODES)
+        if self.module and ":" not in self.module:
+            _fail("ModelSpec", "module", f"must be an import path package.module:Class, got {self.module!r}")
+        if self.module and self.hf_path:
+            _fail("ModelSpec", "module", "and hf_path cannot both be set: a Hugging Face checkpoint loads into the "
+                  "built-in decoder")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -110,6 +110,25 @@ def _grid(data: int, fsdp: int, tensor: int, devices, *, subset: bool, prefix: s
     return Mesh(grid, MESH_AXES, axis_types=(AxisType.Auto,) * 3)
 
 
+# a model of your own (ModelConfig.module) names its parameters' logical axes in its class's `param_axes`,
+# {"name" or "parent.name": one RULES name per dimension}; `build.build_model` declares them here
+_MODULE_AXES: dict[str, tuple[str, ...]] = {}
+
+
+def declare_param_axes(axes, where: str) -> None:
+    """Add a module's `param_axes` to the lookup `param_specs` uses; a name that the built-in decoder already
+    uses with other axes, or a logical axis RULES does not know, is a ValueError naming `where`."""
+    for name, logical in dict(axes).items():
+        logical = tuple(logical)
+        unknown = [a for a in logical if a not in RULES]
+        if unknown:
+            raise ValueError(f"{where}.param_axes[{name!r}]: unknown logical axes {unknown}; known: {sorted(RULES)}")
+        if PARAM_AXES.get(name, logical) != logical:
+            raise ValueError(f"{where}.param_axes[{name!r}] = {logical} differs from the built-in decoder's "
+                             f"{PARAM_AXES[name]} for that name; name the parameter differently")
+        _MODULE_AXES[name] = logical
+
+
 def on_mesh(params, mesh: Mesh):
     """`params` on `mesh` by the rules: as they are when they already live there, else resharded (the
     rollout mesh takes the training params this way every step)."""
@@ -137,15 +156,22 @@ def _leaf_name(path) -> str:
 
 
 def param_specs(params_shape, mesh: Mesh):
-    """PartitionSpecs for a params pytree (arrays or ShapeDtypeStructs), from PARAM_AXES and RULES (a
-    leaf is looked up as "parent.name" first, for the LoRA adapters' a / b, then as its name)."""
+    """PartitionSpecs for a params pytree (arrays or ShapeDtypeStructs), from PARAM_AXES (and a module's
+    declared `param_axes`) and RULES (a leaf is looked up as "parent.name" first, for the LoRA adapters' a / b
+    and a linen Dense's kernel, then as its name)."""
+    known = {**_MODULE_AXES, **PARAM_AXES}
+
     def spec(path, leaf):
         name = _leaf_name(path)
-        if len(path) > 1 and f"{_leaf_name(path[:-1])}.{name}" in PARAM_AXES:
+        if len(path) > 1 and f"{_leaf_name(path[:-1])}.{name}" in known:
             name = f"{_leaf_name(path[:-1])}.{name}"
-        if name not in PARAM_AXES:
-            raise KeyError(f"no logical axes for parameter {jax.tree_util.keystr(path)}; add it to PARAM_AXES")
-        return logical_to_spec(PARAM_AXES[name], leaf.shape, mesh)
+        if name not in known:
+            raise KeyError(f"no logical axes for parameter {jax.tree_util.keystr(path)}; add it to PARAM_AXES (the "
+                           "built-in decoder) or to your module's param_axes")
+        if len(known[name]) != len(leaf.shape):
+            raise ValueError(f"parameter {jax.tree_util.keystr(path)} has shape {tuple(leaf.shape)} but its logical "
+                             f"axes {known[name]} name {len(known[name])} dimensions")
+        return logical_to_spec(known[name], leaf.shape, mesh)
 
     return jax.tree_util.tree_map_with_path(spec, params_shape)
 

@@ -10,7 +10,7 @@ LLAMA3_ROPE_KEYS = ("factor", "low_freq_factor", "high_freq_factor", "original_m
 DTYPES = ("float32", "bfloat16", "float16")
 # Option lists grpo_jax.config validates against: it imports them from here, so this module imports no jax at
 # import time (the dtype properties import it when asked).
-REMAT_MODES = ("none", "full", "dots")  # per-layer gradient checkpointing, see models.transformer.remat_policy
+REMAT_MODES = ("none", "full", "dots")  # per-layer gradient checkpointing, see models.modules.remat_policy
 LORA_TARGETS = ("q", "k", "v", "o", "gate", "up", "down")  # models.lora projections; the index seeds each init
 
 
@@ -47,6 +47,9 @@ class ModelConfig:
     dtype: str = "float32"  # matmul dtype; norms, softmax, logits always float32
     arch: str = "llama"  # Hugging Face family used by models.hf when writing a checkpoint
     remat: str = "none"  # recompute each decoder layer in the backward pass: "none" | "full" | "dots" (not in HF)
+    # a Flax linen Module class of your own, "package.module:Class", built as Class(cfg) (the model protocol,
+    # models.transformer); "" = the built-in models.modules.Decoder
+    module: str = ""
 
     def __post_init__(self):
         for name in ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "head_dim", "mlp_dim"):
@@ -92,6 +95,8 @@ class ModelConfig:
                                  f"and high_freq_factor > low_freq_factor > 0, got {scaling}")
         if self.remat not in REMAT_MODES:
             raise ValueError(f"ModelConfig.remat must be one of {REMAT_MODES}, got {self.remat!r}")
+        if not isinstance(self.module, str) or (self.module and ":" not in self.module):
+            raise ValueError(f"ModelConfig.module must be \"\" or an import path package.module:Class, got {self.module!r}")
 
     @property
     def q_dim(self) -> int:

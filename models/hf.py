@@ -112,6 +112,9 @@ def config_from_hf(hf: dict[str, Any], *, where: str = "config.json") -> ModelCo
 
 def config_to_hf(cfg: ModelConfig, base: dict[str, Any] | None = None) -> dict[str, Any]:
     """A transformers config dict for cfg; `base` (e.g. the original config.json) supplies other fields."""
+    if cfg.module:
+        raise CheckpointError(f"model.module={cfg.module!r} is a module of your own: it has no Hugging Face "
+                              "mapping (the run's orbax checkpoints hold its parameters)")
     if cfg.attn_output_gate:
         raise CheckpointError("attention output gates have no Llama/Qwen2/Qwen2-VL checkpoint format")
     if cfg.arch in ("llama", "qwen3") and cfg.qkv_bias:

@@ -1,4 +1,6 @@
-"""Decoder building blocks as pure functions of (params, inputs): RMSNorm, GQA attention, SwiGLU MLP.
+"""The decoder's primitives as pure functions of arrays: RMSNorm, dense, the fused-qkv split, GQA attention over the
+cache, blockwise causal attention and the cache write. The modules that hold the parameters and compose these
+are in models/modules.py.
 
 Letter legend: B batch, T query time, S key/cache time, D model width, N query heads, K kv heads,
 G = N / K query heads per kv head, H head dim, F MLP width.
@@ -17,9 +19,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from models import lora as lora_lib
 from models.config import ModelConfig
-from models.rope import apply_rope
 
 MASK_VALUE = -1e30  # finite, so a query with no visible key (a padding row) gives a uniform, not NaN, softmax
 
@@ -78,39 +78,6 @@ def _attend_one(q_BxKxGxH, k_BxKxHxS, v_BxKxSxH, mask_BxS) -> jnp.ndarray:
     return jnp.einsum("bkgs,bksh->bkgh", probs, v_BxKxSxH, preferred_element_type=f32).astype(v_BxKxSxH.dtype)
 
 
-def with_lora(p, target: str, x, y, dtype, dropout_key=None):
-    """y plus the layer's LoRA term for `target` on input x (y unchanged without one)."""
-    lora = p.get("lora")
-    d = None if lora is None else lora_lib.delta(lora, target, x, dtype, dropout_key)
-    return y if d is None else y + d.reshape(y.shape).astype(y.dtype)
-
-
-def attention_block(cfg, p, x_BxTxD, cos, sin, mask_BxTxS, kv_cache=None, write_index_B=None, dropout_key=None):
-    """Pre-norm attention with residual. With a cache, new k/v are written at write_index and attention
-    runs over the whole cache (the mask hides unwritten slots). Returns (x, new kv cache). LoRA adapters
-    (p["lora"]) add to the q, k, v and o outputs; dropout_key: their dropout (training only)."""
-    dtype = cfg.jnp_dtype
-    h = rms_norm(x_BxTxD, p["attn_norm"], cfg.norm_eps)
-    qkv = dense(h, p["qkv"], dtype)
-    if cfg.qkv_bias:
-        qkv = qkv + p["qkv_bias"].astype(dtype)
-    q, k, v, gate = split_qkv(cfg, qkv)
-    q, k, v = (with_lora(p, t, h, y, dtype, dropout_key) for t, y in (("q", q), ("k", k), ("v", v)))
-    if cfg.qk_norm:  # Qwen3: each head's q and k RMS-normalised over H, before the rotation
-        q, k = rms_norm(q, p["q_norm"], cfg.norm_eps), rms_norm(k, p["k_norm"], cfg.norm_eps)
-    q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-    if kv_cache is None:  # teacher forcing / training: XLA's fused-friendly attention, fast backward
-        y = causal_attention(q, k, v, mask_BxTxS).reshape(q.shape[0], q.shape[1], -1)
-    else:
-        k = write_cache(kv_cache["k"], k.transpose(0, 2, 3, 1), write_index_B, axis=3)  # [B, K, H, S]
-        v = write_cache(kv_cache["v"], v.transpose(0, 2, 1, 3), write_index_B, axis=2)  # [B, K, S, H]
-        kv_cache = {"k": k, "v": v}
-        y = attend(cfg, q, k, v, mask_BxTxS)
-    if gate is not None:
-        y = y * jax.nn.sigmoid(gate.astype(jnp.float32)).astype(y.dtype)
-    return x_BxTxD + with_lora(p, "o", y, dense(y, p["o"], dtype), dtype, dropout_key), kv_cache
-
-
 CAUSAL_BLOCK = 128  # query rows per block in causal_attention (experiments/PERF.md)
 
 
@@ -149,14 +116,3 @@ def write_cache(cache: jnp.ndarray, new: jnp.ndarray, index_B: jnp.ndarray, *, a
         return jax.lax.dynamic_update_slice(c, u, tuple(start))
 
     return jax.vmap(one)(cache, new, index_B)
-
-
-def mlp_block(cfg: ModelConfig, p, x_BxTxD: jnp.ndarray, dropout_key=None) -> jnp.ndarray:
-    """Pre-norm SwiGLU MLP with residual: x + down(silu(gate(h)) * up(h)); LoRA adapters (p["lora"]) add
-    to the gate, up and down outputs."""
-    dtype = cfg.jnp_dtype
-    h = rms_norm(x_BxTxD, p["mlp_norm"], cfg.norm_eps)
-    gate, up = jnp.split(dense(h, p["gate_up"], dtype), 2, axis=-1)
-    gate, up = with_lora(p, "gate", h, gate, dtype, dropout_key), with_lora(p, "up", h, up, dtype, dropout_key)
-    act = jax.nn.silu(gate) * up
-    return x_BxTxD + with_lora(p, "down", act, dense(act, p["down"], dtype), dtype, dropout_key)

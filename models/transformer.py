@@ -1,4 +1,5 @@
-"""The decoder LM: `init_params`, `init_cache`, `forward`, and float32 token log-probs / entropies.
+"""The decoder LM as pure functions: `init_params`, `init_cache`, `forward` (the linen `models.modules.Decoder`
+applied to a parameter pytree), and float32 token log-probs / entropies.
 
 Params are a plain pytree:
     {"embed": [V, D], "layers": [per-layer dict, see models.layers], "final_norm": [D], "lm_head": [D, V]}
@@ -12,25 +13,50 @@ Prefill writes T slots per row at end_index and advances it by T; decode writes 
 sees slots j <= i whose mask is set, so left-padded prompts of different lengths share one cache.
 
 Gradient checkpointing (ModelConfig.remat): the cache-free forward that training differentiates runs each
-decoder layer under `jax.checkpoint` ("full" or "dots", see `remat_policy`); the cached path is unchanged.
+decoder layer under `nn.remat` ("full" or "dots", see `models.modules.remat_policy`); the cached path is
+unchanged.
 """
 
 from __future__ import annotations
 
+import functools
+import importlib
+
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from models import layers
+from models import modules
 from models.config import ModelConfig
 from models.keys import as_typed_key
-from models.rope import rope_cos_sin
+from models.modules import INIT_STD
+from models.rope import rope_positions
 
-INIT_STD = 0.02  # Hugging Face's default initializer_range
+
+@functools.cache
+def _module_class(path: str):
+    """The class `package.module:Class` names (a config's `module`; grpo_jax.build checks it first, naming the
+    key, so this is the plain lookup)."""
+    module_name, _, attribute = path.partition(":")
+    obj = importlib.import_module(module_name)
+    for part in attribute.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def decoder(cfg: ModelConfig) -> nn.Module:
+    """The linen module `forward` applies: `cfg.module`'s class built as Class(cfg), else the built-in
+    `models.modules.Decoder`."""
+    return _module_class(cfg.module)(cfg) if cfg.module else modules.Decoder(cfg)
 
 
 def init_params(cfg: ModelConfig, key: jax.Array) -> dict:
-    """Random weights: normal(0, 0.02) matrices, unit norms, zero biases (as transformers' init)."""
+    """Random weights: normal(0, 0.02) matrices, unit norms, zero biases (as transformers' init). A module of
+    your own (`cfg.module`) is initialised by its own `init` on one token."""
     key = as_typed_key(key)
+    if cfg.module:
+        tokens = jnp.zeros((1, 1), jnp.int32)
+        return dict(decoder(cfg).init(key, tokens, rope_positions(cfg, jnp.zeros((1, 1), jnp.int32)))["params"])
     dtype = cfg.jnp_param_dtype
     qkv_width = cfg.q_dim + 2 * cfg.kv_dim + (cfg.q_dim if cfg.attn_output_gate else 0)
     k_embed, k_head, k_layers = jax.random.split(key, 3)
@@ -110,7 +136,8 @@ def forward(
     cache: dict | None = None,
     dropout_key: jax.Array | None = None,
 ) -> tuple[jnp.ndarray, dict | None]:
-    """Logits [B, T, V] (float32) for tokens [B, T] at RoPE positions ([B,T], [2,B,T] or [3,B,T]).
+    """Logits [B, T, V] (float32) for tokens [B, T] at RoPE positions ([B,T], [2,B,T] or [3,B,T]): the linen
+    `models.modules.Decoder` applied to the params (a pure function of them).
 
     attn_mask [B, T]: 1 for real tokens, 0 for padding (keys that nobody may attend to).
     Without a cache: causal self-attention over the T tokens. With a cache: the T tokens are written at
@@ -118,80 +145,11 @@ def forward(
     dropout_key: LoRA adapter dropout in the cache-free (training) forward, layer i's key fold_in(key, i);
     None (sampling, logprob passes) = no dropout. Params without adapters ignore it.
     """
-    b, t = tokens.shape
-    valid = jnp.ones((b, t), bool) if attn_mask is None else attn_mask.astype(bool)
-    x = params["embed"][tokens].astype(cfg.jnp_dtype)
-    cos, sin = rope_cos_sin(cfg, positions)
-    if cache is None:
-        mask = jnp.tril(jnp.ones((t, t), bool))[None] & valid[:, None, :]  # [B, T, T]
-        layer_caches, write_index = [None] * cfg.n_layers, None
-    else:
-        write_index = cache["end_index"]
-        key_mask = layers.write_cache(cache["mask"], valid, write_index)  # [B, S]
-        slots = jnp.arange(key_mask.shape[1])
-        query_slot = jnp.broadcast_to(write_index, (b,))[:, None] + jnp.arange(t)  # [B, T]
-        mask = (slots[None, None, :] <= query_slot[:, :, None]) & key_mask[:, None, :]  # [B, T, S]
-        layer_caches = cache["layers"]
-    new_layer_caches = []
-    if cache is None:  # the training / teacher-forcing path: the only one ever differentiated
-        layer = remat_layer(cfg)
-        for i, p in enumerate(params["layers"]):
-            x = layer(p, x, cos, sin, mask, None if dropout_key is None else jax.random.fold_in(dropout_key, i))
-    else:  # prefill / decode (the sampler): never differentiated, so never checkpointed
-        for p, kv in zip(params["layers"], layer_caches):
-            x, kv = layers.attention_block(cfg, p, x, cos, sin, mask, kv, write_index)
-            x = layers.mlp_block(cfg, p, x)
-            new_layer_caches.append(kv)
-    logits = unembed(cfg, params, x)
-    if cache is None:
-        return logits, None
-    return logits, {"layers": new_layer_caches, "end_index": write_index + t, "mask": key_mask}
-
-
-def decoder_layer(cfg: ModelConfig, p: dict, x_BxTxD, cos, sin, mask_BxTxT, dropout_key=None) -> jnp.ndarray:
-    """One decoder block without a KV cache (attention then MLP, both pre-norm with residual): the unit
-    that `remat_layer` checkpoints. dropout_key: the layer's LoRA dropout key (each target folds in its own
-    index, `models.lora.delta`)."""
-    x, _ = layers.attention_block(cfg, p, x_BxTxD, cos, sin, mask_BxTxT, dropout_key=dropout_key)
-    return layers.mlp_block(cfg, p, x, dropout_key=dropout_key)
-
-
-def remat_policy(mode: str):
-    """The `jax.checkpoint` policy of a ModelConfig.remat mode ("none" has none: the layer is not wrapped).
-
-    "full": nothing saved inside the layer; its input is kept and the whole block is recomputed in the
-    backward pass (least memory, about one extra forward of compute).
-    "dots": `dots_with_no_batch_dims_saveable` (MaxText's remat_policy="minimal"). Our projections
-    (`layers.dense`, "...d,df->...f": qkv, o, gate_up, down) are dot_generals without batch dimensions, so
-    their outputs, O(T * (D + F)) per row, are saved; the attention products inside
-    `jax.nn.dot_product_attention` (scores "BTNH,BSNH->BNTS" and probs @ V) are batched over (B, heads),
-    so they are not saved and their O(T^2) score/probability tensors are recomputed. `dots_saveable`
-    would also keep those T^2 tensors, the largest activations of a long sequence, and save little."""
-    if mode == "full":
-        return jax.checkpoint_policies.nothing_saveable
-    if mode == "dots":
-        return jax.checkpoint_policies.dots_with_no_batch_dims_saveable
-    raise ValueError(f"remat_policy: no checkpoint policy for ModelConfig.remat={mode!r}")
-
-
-def remat_layer(cfg: ModelConfig):
-    """`layer(p, x, cos, sin, mask, dropout_key=None) -> x`: `decoder_layer` as is (cfg.remat == "none")
-    or wrapped in `jax.checkpoint` with `remat_policy(cfg.remat)`. The checkpoint only changes what the backward pass
-    keeps versus recomputes; values and gradients are the same. prevent_cse stays True (the default), as
-    JAX recommends for checkpoints outside a `lax.scan` (our layers are a Python loop)."""
-    def layer(p, x, cos, sin, mask, dropout_key=None):
-        return decoder_layer(cfg, p, x, cos, sin, mask, dropout_key)
-
-    if cfg.remat == "none":
-        return layer
-    return jax.checkpoint(layer, policy=remat_policy(cfg.remat))
-
-
-def unembed(cfg: ModelConfig, params: dict, x_BxTxD: jnp.ndarray) -> jnp.ndarray:
-    """Final norm and LM head; logits accumulated and returned in float32."""
-    x = layers.rms_norm(x_BxTxD, params["final_norm"], cfg.norm_eps)
-    head = params["embed"].T if cfg.tie_embeddings else params["lm_head"]
-    return jnp.einsum("btd,dv->btv", x, head.astype(x.dtype), preferred_element_type=jnp.float32)
+    if cfg.module:  # your own module: its parameters are its linen params, as they are
+        return decoder(cfg).apply({"params": params}, tokens, positions, attn_mask=attn_mask, cache=cache,
+                                  dropout_key=dropout_key)
+    return modules.Decoder(cfg).apply(modules.variables(params), tokens, positions, attn_mask=attn_mask,
+                                      cache=cache, dropout_key=dropout_key)
 
 
 def token_logprobs(logits_BxTxV: jnp.ndarray, targets_BxT: jnp.ndarray) -> jnp.ndarray:

@@ -315,3 +315,22 @@ def test_unreadable_weight_files_name_the_file_or_shard(tmp_path):
     with pytest.raises(models.CheckpointError, match=r"s/config\.json: expected a JSON object of model settings "
                                                      r"\(a transformers config\.json\), got list"):
         models.load_hf(str(tmp_path / "s"))
+
+
+@pytest.mark.parametrize("name", sorted(VARIANTS))
+def test_the_linen_decoder_declares_the_layout_init_params_writes(name):
+    """`Decoder.init` (linen's own initialisers) and `init_params` (the repo's, whose keys every run and test
+    fixes) give one parameter layout: the same names, shapes and dtypes, so the sharding rules, LoRA, the HF
+    mapping and checkpoints hold for both; `variables` / `canonical` convert without loss."""
+    cfg = VARIANTS[name]
+    tokens, pos = jnp.zeros((1, 4), jnp.int32), _positions(cfg, jnp.arange(4)[None])
+    from_linen = models.modules.canonical(models.modules.Decoder(cfg).init(jax.random.key(0), tokens, pos))
+    ours = models.init_params(cfg, jax.random.key(0))
+    spec = lambda tree: jax.tree.map(lambda x: (x.shape, x.dtype), tree)  # noqa: E731
+    assert spec(from_linen) == spec(ours)
+    again = models.modules.canonical(models.modules.variables(ours))
+    assert jax.tree.structure(again) == jax.tree.structure(ours)
+    assert all(a is b for a, b in zip(jax.tree.leaves(again), jax.tree.leaves(ours)))  # a restructuring only
+    # linen's init is a working model too: finite logits through the pure forward
+    logits, _ = models.forward(cfg, from_linen, tokens, pos)
+    assert logits.shape == (1, 4, cfg.vocab_size) and bool(jnp.isfinite(logits).all())
