@@ -7,7 +7,8 @@ parameter pytree, so everything that jits, shards, differentiates, checkpoints o
 arrays; nnx objects would have to be split into (graphdef, state) at every one of those boundaries.
 
 Parameters keep the repo's one layout (models.transformer, models.layers): each layer's dict is flat (the
-attention and MLP share the layer's scope, `nn.share_scope`), so parameter names are those of the sharding
+attention and MLP, and their norms, projections and adapters, share the layer's scope, `nn.share_scope`; the
+embedding and the head share the decoder's), so parameter names are those of the sharding
 rules, LoRA, the Hugging Face mapping and every checkpoint. The only difference is linen's naming of a list of
 layers, `layers_0, layers_1, ...` for the list `layers`; `variables` / `canonical` convert (a dict
 restructuring, free under jit). The KV cache and the LoRA dropout key are arguments and results, not linen
@@ -40,44 +41,86 @@ def _zeros(key, shape, dtype):
     return jnp.zeros(shape, dtype)
 
 
-class _LayerPart(nn.Module):
-    """A part of a decoder layer (attention or MLP): its parameters live in the layer's own flat dict (the layer
-    shares its scope with it), the LoRA adapters under "lora" (an `models.lora.Attached`, `lora.attach`)."""
+def _shared(parent: nn.Module, child: nn.Module) -> nn.Module:
+    """`child` with its parameters in `parent`'s own dict (`nn.share_scope`): the flat layout. Children that
+    share a scope need distinct names (`<parameter>_rms`, `_dense`, `_lora`), which appear in no parameter path."""
+    nn.share_scope(parent, child)
+    return child
+
+
+class RMSNorm(nn.Module):
+    """weight * x / sqrt(mean(x^2) + eps), statistics in float32 (`layers.rms_norm`); the weight [x's last dim] is
+    the parameter `weight_name` of the scope it shares (attn_norm, q_norm, ..., final_norm)."""
 
     cfg: ModelConfig
+    weight_name: str
 
-    def norm(self, name: str, x):
-        """`layers.rms_norm` with the layer's weight `name` ([D])."""
-        return layers.rms_norm(x, self.param(name, _ones, (x.shape[-1],), self.cfg.jnp_param_dtype), self.cfg.norm_eps)
+    @nn.compact
+    def __call__(self, x):
+        weight = self.param(self.weight_name, _ones, (x.shape[-1],), self.cfg.jnp_param_dtype)
+        return layers.rms_norm(x, weight, self.cfg.norm_eps)
 
-    def dense(self, name: str, x, shape: tuple[int, int]):
-        return layers.dense(x, self.param(name, _normal, shape, self.cfg.jnp_param_dtype), self.cfg.jnp_dtype)
 
-    def with_lora(self, target: str, x, y, dropout_key):
-        """y plus the layer's LoRA term for `target` on input x (y unchanged without one)."""
-        lora = self.get_variable("params", "lora") if self.has_variable("params", "lora") else None
-        d = None if lora is None else lora_lib.delta(lora, target, x, self.cfg.jnp_dtype, dropout_key)
+class Dense(nn.Module):
+    """x @ W in the compute dtype (`layers.dense`), W [in, out] the parameter `weight_name` of the shared scope."""
+
+    cfg: ModelConfig
+    weight_name: str
+    features: int
+
+    @nn.compact
+    def __call__(self, x):
+        w = self.param(self.weight_name, _normal, (x.shape[-1], self.features), self.cfg.jnp_param_dtype)
+        return layers.dense(x, w, self.cfg.jnp_dtype)
+
+
+class LoRA(nn.Module):
+    """A projection's low-rank adapter: y + scale * (dropout(x) A) B (`models.lora.delta`), the layer's adapters
+    read from its "lora" entry (an `models.lora.Attached`, placed by `lora.attach`); y as it is when the layer
+    has none, or none on this target. Dropout only with a key (training)."""
+
+    cfg: ModelConfig
+    target: str
+
+    def __call__(self, x, y, dropout_key=None):
+        adapters = self.get_variable("params", "lora") if self.has_variable("params", "lora") else None
+        d = None if adapters is None else lora_lib.delta(adapters, self.target, x, self.cfg.jnp_dtype, dropout_key)
         return y if d is None else y + d.reshape(y.shape).astype(y.dtype)
 
 
-class Attention(_LayerPart):
+class _Block(nn.Module):
+    """Attention or MLP: its norms, projections and adapters keep their parameters in the layer's flat dict."""
+
+    cfg: ModelConfig
+
+    def norm(self, weight: str) -> RMSNorm:
+        return _shared(self, RMSNorm(self.cfg, weight, name=f"{weight}_rms"))
+
+    def dense(self, weight: str, features: int) -> Dense:
+        return _shared(self, Dense(self.cfg, weight, features, name=f"{weight}_dense"))
+
+    def lora(self, target: str) -> LoRA:
+        return _shared(self, LoRA(self.cfg, target, name=f"{target}_lora"))
+
+
+class Attention(_Block):
     """Pre-norm attention with residual; parameters attn_norm [D], qkv [D, C] (fused q, k, v and the optional
-    output gate), qkv_bias [C] (Qwen2), q_norm / k_norm [H] (Qwen3), o [N*H, D]. With a cache, the new k/v are
-    written at write_index and attention runs over the whole cache (the mask hides unwritten slots). Returns
-    (x, new kv cache). LoRA adapters add to the q, k, v and o outputs; dropout_key: their dropout (training)."""
+    output gate), qkv_bias [C] (Qwen2), q_norm / k_norm [H] (Qwen3), o [N*H, D], all in the layer's dict. With a
+    cache, the new k/v are written at write_index and attention runs over the whole cache (the mask hides
+    unwritten slots). Returns (x, new kv cache). LoRA adds to the q, k, v and o outputs."""
 
     @nn.compact
     def __call__(self, x_BxTxD, cos, sin, mask_BxTxS, kv_cache=None, write_index_B=None, dropout_key=None):
         cfg = self.cfg
         width = cfg.q_dim + 2 * cfg.kv_dim + (cfg.q_dim if cfg.attn_output_gate else 0)
-        h = self.norm("attn_norm", x_BxTxD)
-        qkv = self.dense("qkv", h, (cfg.d_model, width))
+        h = self.norm("attn_norm")(x_BxTxD)
+        qkv = self.dense("qkv", width)(h)
         if cfg.qkv_bias:
             qkv = qkv + self.param("qkv_bias", _zeros, (width,), cfg.jnp_param_dtype).astype(cfg.jnp_dtype)
         q, k, v, gate = layers.split_qkv(cfg, qkv)
-        q, k, v = (self.with_lora(t, h, y, dropout_key) for t, y in (("q", q), ("k", k), ("v", v)))
+        q, k, v = (self.lora(t)(h, y, dropout_key) for t, y in (("q", q), ("k", k), ("v", v)))
         if cfg.qk_norm:  # Qwen3: each head's q and k RMS-normalised over H, before the rotation
-            q, k = self.norm("q_norm", q), self.norm("k_norm", k)
+            q, k = self.norm("q_norm")(q), self.norm("k_norm")(k)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         if kv_cache is None:  # teacher forcing / training: XLA's fused-friendly attention, fast backward
             y = layers.causal_attention(q, k, v, mask_BxTxS).reshape(q.shape[0], q.shape[1], -1)
@@ -88,21 +131,48 @@ class Attention(_LayerPart):
             y = layers.attend(cfg, q, k, v, mask_BxTxS)
         if gate is not None:
             y = y * jax.nn.sigmoid(gate.astype(jnp.float32)).astype(y.dtype)
-        return x_BxTxD + self.with_lora("o", y, self.dense("o", y, (cfg.q_dim, cfg.d_model)), dropout_key), kv_cache
+        return x_BxTxD + self.lora("o")(y, self.dense("o", cfg.d_model)(y), dropout_key), kv_cache
 
 
-class MLP(_LayerPart):
+class MLP(_Block):
     """Pre-norm SwiGLU MLP with residual, x + down(silu(gate(h)) * up(h)); parameters mlp_norm [D], gate_up
-    [D, 2F] (fused), down [F, D]. LoRA adapters add to the gate, up and down outputs."""
+    [D, 2F] (fused), down [F, D], in the layer's dict. LoRA adds to the gate, up and down outputs."""
 
     @nn.compact
     def __call__(self, x_BxTxD, dropout_key=None):
         cfg = self.cfg
-        h = self.norm("mlp_norm", x_BxTxD)
-        gate, up = jnp.split(self.dense("gate_up", h, (cfg.d_model, 2 * cfg.mlp_dim)), 2, axis=-1)
-        gate, up = self.with_lora("gate", h, gate, dropout_key), self.with_lora("up", h, up, dropout_key)
+        h = self.norm("mlp_norm")(x_BxTxD)
+        gate, up = jnp.split(self.dense("gate_up", 2 * cfg.mlp_dim)(h), 2, axis=-1)
+        gate, up = self.lora("gate")(h, gate, dropout_key), self.lora("up")(h, up, dropout_key)
         act = jax.nn.silu(gate) * up
-        return x_BxTxD + self.with_lora("down", act, self.dense("down", act, (cfg.mlp_dim, cfg.d_model)), dropout_key)
+        return x_BxTxD + self.lora("down")(act, self.dense("down", cfg.d_model)(act), dropout_key)
+
+
+class Embed(nn.Module):
+    """The token embedding, `embed` [V, D]; `attend(x)` is the tied LM head (x @ embed^T)."""
+
+    cfg: ModelConfig
+
+    def setup(self):
+        self.table = self.param("embed", _normal, (self.cfg.vocab_size, self.cfg.d_model), self.cfg.jnp_param_dtype)
+
+    def __call__(self, tokens):
+        return self.table[tokens].astype(self.cfg.jnp_dtype)
+
+
+class LMHead(nn.Module):
+    """Final norm and LM head, `final_norm` [D] and `lm_head` [D, V] (or the embedding's transpose when tied);
+    logits accumulated and returned in float32."""
+
+    cfg: ModelConfig
+
+    @nn.compact
+    def __call__(self, x_BxTxD, embed_VxD):
+        cfg = self.cfg
+        x = _shared(self, RMSNorm(cfg, "final_norm", name="final_norm_rms"))(x_BxTxD)
+        head = embed_VxD.T if cfg.tie_embeddings else self.param("lm_head", _normal, (cfg.d_model, cfg.vocab_size),
+                                                                 cfg.jnp_param_dtype)
+        return jnp.einsum("btd,dv->btv", x, head.astype(x.dtype), preferred_element_type=jnp.float32)
 
 
 class DecoderLayer(nn.Module):
@@ -127,32 +197,31 @@ def _train_layer(layer: DecoderLayer, x, cos, sin, mask, dropout_key):
 
 
 class Decoder(nn.Module):
-    """The decoder LM: embed [V, D], layers_0 ... layers_{n-1} (`DecoderLayer`), final_norm [D] and lm_head
-    [D, V] (absent when embeddings are tied). `__call__(tokens, positions, *, attn_mask, cache, dropout_key)
-    -> (logits [B, T, V] float32, cache)`, the contract of `models.transformer.forward`."""
+    """The decoder LM: `Embed` (embed [V, D]), layers_0 ... layers_{n-1} (`DecoderLayer`), `LMHead` (final_norm
+    [D], lm_head [D, V], absent when embeddings are tied). `__call__(tokens, positions, *, attn_mask, cache,
+    dropout_key) -> (logits [B, T, V] float32, cache)`, the contract of `models.transformer.forward`."""
 
     cfg: ModelConfig
 
     def setup(self):
-        cfg, pdtype = self.cfg, self.cfg.jnp_param_dtype
-        self.embed = self.param("embed", _normal, (cfg.vocab_size, cfg.d_model), pdtype)
+        cfg = self.cfg
+        self.embedding, self.head = Embed(cfg), LMHead(cfg)
+        nn.share_scope(self, self.embedding)
+        nn.share_scope(self, self.head)
         self.layers = [DecoderLayer(cfg) for _ in range(cfg.n_layers)]
-        self.final_norm = self.param("final_norm", _ones, (cfg.d_model,), pdtype)
-        if not cfg.tie_embeddings:
-            self.lm_head = self.param("lm_head", _normal, (cfg.d_model, cfg.vocab_size), pdtype)
 
     def __call__(self, tokens, positions, *, attn_mask=None, cache=None, dropout_key=None):
         cfg = self.cfg
         b, t = tokens.shape
         valid = jnp.ones((b, t), bool) if attn_mask is None else attn_mask.astype(bool)
-        x = self.embed[tokens].astype(cfg.jnp_dtype)
+        x = self.embedding(tokens)
         cos, sin = rope_cos_sin(cfg, positions)
         if cache is None:  # the training / teacher-forcing path: the only one ever differentiated
             mask = jnp.tril(jnp.ones((t, t), bool))[None] & valid[:, None, :]  # [B, T, T]
             run = _train_layer if cfg.remat == "none" else nn.remat(_train_layer, policy=remat_policy(cfg.remat))
             for i, layer in enumerate(self.layers):
                 x = run(layer, x, cos, sin, mask, None if dropout_key is None else jax.random.fold_in(dropout_key, i))
-            return self.unembed(x), None
+            return self.head(x, self.embedding.table), None
         # prefill / decode (the sampler): never differentiated, so never checkpointed
         write_index = cache["end_index"]
         key_mask = layers.write_cache(cache["mask"], valid, write_index)  # [B, S]
@@ -163,13 +232,8 @@ class Decoder(nn.Module):
         for layer, kv in zip(self.layers, cache["layers"]):
             x, kv = layer(x, cos, sin, mask, kv, write_index)
             new_layer_caches.append(kv)
-        return self.unembed(x), {"layers": new_layer_caches, "end_index": write_index + t, "mask": key_mask}
-
-    def unembed(self, x_BxTxD):
-        """Final norm and LM head; logits accumulated and returned in float32."""
-        x = layers.rms_norm(x_BxTxD, self.final_norm, self.cfg.norm_eps)
-        head = self.embed.T if self.cfg.tie_embeddings else self.lm_head
-        return jnp.einsum("btd,dv->btv", x, head.astype(x.dtype), preferred_element_type=jnp.float32)
+        return self.head(x, self.embedding.table), {"layers": new_layer_caches, "end_index": write_index + t,
+                                                "mask": key_mask}
 
 
 def remat_policy(mode: str):
@@ -203,4 +267,5 @@ def canonical(variables_: dict) -> dict:
     """`variables` inverted: `Decoder.init`'s output as the repo's parameter pytree."""
     p = dict(variables_["params"])
     n = sum(1 for k in p if k.startswith("layers_"))
-    return {**{k: v for k, v in p.items() if not k.startswith("layers_")}, "layers": [p[f"layers_{i}"] for i in range(n)]}
+    rest = {k: v for k, v in p.items() if not k.startswith("layers_")}
+    return {**rest, "layers": [p[f"layers_{i}"] for i in range(n)]}
