@@ -148,8 +148,8 @@ def start_scoring(actor: Actor, rows: Sequence[Row], ro: sampler.Rollout) -> Sco
     samples = [dict(rows[i], response_length=int(lengths[i, j])) for i in mine for j in range(g)]
     shape = (len(mine), g, len(actor.specs))
     # a process may hold no rows (fewer groups than processes) but still joins the gather
-    scoring = rewards_lib.start_evaluate(actor.specs, [texts[i * g + j] for i in mine for j in range(g)], samples) \
-        if len(mine) else None
+    mine_texts = [texts[i * g + j] for i in mine for j in range(g)]
+    scoring = rewards_lib.start_evaluate(actor.specs, mine_texts, samples) if len(mine) else None
     kinds = token_kinds(actor.tokenizer, toks, lengths, prefilled=[think_prefilled(r) for r in rows])
 
     def finish() -> Experience:
