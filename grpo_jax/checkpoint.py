@@ -27,6 +27,7 @@ import dataclasses
 import hashlib
 import itertools
 import json
+import logging
 import math
 import os
 import shutil
@@ -151,17 +152,33 @@ def _target_problems(abstract, saved: dict[str, dict]) -> list[str]:
     return problems
 
 
+def _frames(tb) -> set[str]:
+    names = set()
+    while tb is not None:
+        names.add(tb.tb_frame.f_code.co_name)
+        tb = tb.tb_next
+    return names
+
+
 def _is_abandoned_read(unraisable) -> bool:
     """An orbax restore that fails on one array closes its asyncio loop while tensorstore still has reads of
     the other arrays in flight; each read that finishes later tries `loop.call_soon_threadsafe` on the
     closed loop and Python prints a `RuntimeError: Event loop is closed` traceback (dozens per bad step)."""
     if not isinstance(unraisable.exc_value, RuntimeError) or str(unraisable.exc_value) != "Event loop is closed":
         return False
-    tb, names = unraisable.exc_traceback, set()
-    while tb is not None:
-        names.add(tb.tb_frame.f_code.co_name)
-        tb = tb.tb_next
-    return "call_soon_threadsafe" in names
+    return "call_soon_threadsafe" in _frames(unraisable.exc_traceback)
+
+
+class _AbandonedReadLogs(logging.Filter):
+    """The same race seen from asyncio's logger: a read of the failed restore that failed too, after nobody
+    waits for it any more, is logged as "Task exception was never retrieved" with its traceback through orbax's
+    `async_deserialize`. Those records are dropped; any other asyncio record passes."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        abandoned = (exc is not None and "never retrieved" in record.getMessage()
+                     and "async_deserialize" in _frames(exc.__traceback__))
+        return not abandoned
 
 
 _QUIET_HOOK_INSTALLED = False
@@ -182,6 +199,7 @@ def _quiet_abandoned_reads() -> None:
             previous(unraisable)
 
     sys.unraisablehook = hook
+    logging.getLogger("asyncio").addFilter(_AbandonedReadLogs())
     _QUIET_HOOK_INSTALLED = True
 
 
