@@ -137,7 +137,7 @@ def forward(
     dropout_key: jax.Array | None = None,
 ) -> tuple[jnp.ndarray, dict | None]:
     """Logits [B, T, V] (float32) for tokens [B, T] at RoPE positions ([B,T], [2,B,T] or [3,B,T]): the linen
-    `models.modules.Decoder` applied to the params (a pure function of them).
+    module of `decoder(cfg)` applied to the params (a pure function of them).
 
     attn_mask [B, T]: 1 for real tokens, 0 for padding (keys that nobody may attend to).
     Without a cache: causal self-attention over the T tokens. With a cache: the T tokens are written at
@@ -145,11 +145,9 @@ def forward(
     dropout_key: LoRA adapter dropout in the cache-free (training) forward, layer i's key fold_in(key, i);
     None (sampling, logprob passes) = no dropout. Params without adapters ignore it.
     """
-    if cfg.module:  # your own module: its parameters are its linen params, as they are
-        return decoder(cfg).apply({"params": params}, tokens, positions, attn_mask=attn_mask, cache=cache,
-                                  dropout_key=dropout_key)
-    return modules.Decoder(cfg).apply(modules.variables(params), tokens, positions, attn_mask=attn_mask,
-                                      cache=cache, dropout_key=dropout_key)
+    # your own module's parameters are its linen params as they are; the built-in's list of layers is renamed
+    variables = {"params": params} if cfg.module else modules.variables(params)
+    return decoder(cfg).apply(variables, tokens, positions, attn_mask=attn_mask, cache=cache, dropout_key=dropout_key)
 
 
 def token_logprobs(logits_BxTxV: jnp.ndarray, targets_BxT: jnp.ndarray) -> jnp.ndarray:

@@ -385,5 +385,5 @@ def test_asyncio_logs_of_the_abandoned_reads_of_a_failed_restore_are_dropped_and
     keep = _AbandonedReadLogs().filter
     assert not keep(record(async_deserialize, "Task exception was never retrieved"))
     assert keep(record(elsewhere, "Task exception was never retrieved"))
-    assert keep(record(async_deserialize, "Unclosed client session"))
+    assert keep(record(async_deserialize, "Unclosed event loop"))
     assert keep(logging.LogRecord("asyncio", logging.ERROR, __file__, 1, "Task was destroyed", None, None))

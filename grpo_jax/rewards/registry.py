@@ -197,8 +197,9 @@ def _describe(i: int, n: int, sample: Any) -> str:
     return f"response {i} of {n} (row {where})"
 
 
-def _failed(spec: RewardSpec, i: int, n: int, sample: Mapping[str, Any], e: BaseException) -> Exception:
-    msg = f"reward {spec.dimension!r} ({spec.name}) failed on {_describe(i, n, sample)}: {type(e).__name__}: {e}"
+def _failed(spec: RewardSpec, where: str, e: BaseException) -> Exception:
+    """What `spec`'s reward raised on `where` (a response, or a batch), naming the dimension and the row."""
+    msg = f"reward {spec.dimension!r} ({spec.name}) failed on {where}: {type(e).__name__}: {e}"
     return type(e)(msg) if isinstance(e, RewardInputError) else RewardError(msg)  # MissingFieldError stays one
 
 
@@ -212,9 +213,8 @@ def _batch_scorer(spec: RewardSpec) -> Callable[[list[tuple[str, Mapping[str, An
         try:
             return fn([r for r, _ in pairs], [s for _, s in pairs], **kwargs)
         except Exception as e:  # noqa: BLE001 - re-raised, naming the batch
-            msg = (f"reward {spec.dimension!r} ({spec.name}) failed on its batch of {len(pairs)} responses "
-                   f"(first: {_describe(0, len(pairs), pairs[0][1]) if pairs else 'none'}): {type(e).__name__}: {e}")
-            raise (type(e)(msg) if isinstance(e, RewardInputError) else RewardError(msg)) from e
+            first = _describe(0, len(pairs), pairs[0][1]) if pairs else "none"
+            raise _failed(spec, f"its batch of {len(pairs)} responses (first: {first})", e) from e
 
     return score
 
@@ -230,7 +230,7 @@ def _scorer(spec: RewardSpec, n: int) -> Callable[[tuple[int, tuple[str, Mapping
         try:
             return fn(response, sample, **kwargs)
         except Exception as e:  # noqa: BLE001 - re-raised, naming the row
-            raise _failed(spec, i, n, sample, e) from e
+            raise _failed(spec, _describe(i, n, sample), e) from e
 
     return score
 
@@ -288,11 +288,10 @@ def start_evaluate(
         scoring.closers.append(pool.close)
     try:
         for spec in specs:  # start the work that runs elsewhere first, so it overlaps the inline rewards
-            n_threads = threads(spec)
             if spec.name in SANDBOXED:
                 scoring.submit(spec, pool, pairs)
-            elif n_threads:
-                executor = ThreadPoolExecutor(max_workers=n_threads, thread_name_prefix=f"reward-{spec.dimension}")
+            elif threads(spec):
+                executor = ThreadPoolExecutor(max_workers=threads(spec), thread_name_prefix=f"reward-{spec.dimension}")
                 scoring.closers.append(functools.partial(executor.shutdown, wait=False, cancel_futures=True))
                 scoring.submit(spec, executor, pairs)
         for spec in specs:
@@ -328,7 +327,8 @@ class Scoring:
         """Every response's score of `spec` as a future of `pool` (one future for the batch of a batched
         reward); each records when it finished (`time_s` is the dimension's own wall time, not the time until
         `result()` was called)."""
-        score = _batch_scorer(spec) if batched(spec) else _scorer(spec, len(pairs))
+        whole = batched(spec)
+        score = _batch_scorer(spec) if whole else _scorer(spec, len(pairs))
         done = self._finished.setdefault(spec.dimension, [])
 
         def timed(item):
@@ -338,7 +338,7 @@ class Scoring:
                 done.append(time.perf_counter())
 
         self._started[spec.dimension] = time.perf_counter()
-        self.pending[spec.dimension] = ([pool.submit(timed, pairs)] if batched(spec) else
+        self.pending[spec.dimension] = ([pool.submit(timed, pairs)] if whole else
                                         [_submit(pool, spec, timed, item, len(pairs)) for item in enumerate(pairs)])
 
     def result(self) -> tuple[np.ndarray, dict[str, Any]]:
@@ -368,7 +368,7 @@ def _submit(pool: SandboxPool | ThreadPoolExecutor, spec: RewardSpec, fn: Callab
     try:
         return pool.submit(fn, item)
     except RuntimeError as e:
-        raise _failed(spec, item[0], n, item[1][1], e) from e
+        raise _failed(spec, _describe(item[0], n, item[1][1]), e) from e
 
 
 def _assemble(

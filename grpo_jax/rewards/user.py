@@ -167,13 +167,12 @@ def adapt_batched(fn: Callable, path: str) -> RewardFn:
     def scored_batch(responses: Sequence[str], samples: Sequence[Mapping[str, Any]],
                      **kwargs: Any) -> list[RewardResult]:
         t0 = time.perf_counter()
+        fields = []  # each row's fields the function takes: every row must have those it requires
         for i, sample in enumerate(samples):
             if not isinstance(sample, Mapping):
                 raise RewardInputError(f"{path}: sample {i} must be a mapping, got {type(sample).__name__}")
-        names = _fields(path, samples[0], first, takes_any, keywords, required, kwargs) if samples else []
-        for i, sample in enumerate(samples):
-            _fields(path, sample, first, takes_any, keywords, required, kwargs)  # every row has what it requires
-        columns = {k: [s.get(k) for s in samples] for k in names}
+            fields.append(_fields(path, sample, first, takes_any, keywords, required, kwargs))
+        columns = {k: [s.get(k) for s in samples] for k in (fields[0] if fields else [])}
         try:
             values = list(fn(list(responses), **columns, **kwargs))
             if len(values) != len(responses):
