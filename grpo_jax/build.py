@@ -30,7 +30,8 @@ def build_model(cfg: TrainConfig, vocab_size: int, key: jax.Array, *, tokenizer_
             model_cfg, params = models.load_hf(spec.hf_path, param_dtype=spec.param_dtype, dtype=spec.dtype)
         except (OSError, models.hf.CheckpointError) as e:  # a missing config.json, a bad tensor: name the key
             raise UserError(f"model.hf_path={spec.hf_path!r}: {one_line(e)}") from e
-        model_cfg = model_cfg.replace(remat=spec.remat)  # a training choice, not in the HF config
+        model_cfg = model_cfg.replace(remat=spec.remat, scan_layers=spec.scan_layers,  # training choices, not in HF
+                                      logits_chunk=spec.logits_chunk)
         if model_cfg.vocab_size < vocab_size:
             raise ValueError(
                 f"vocabulary mismatch: the model in model.hf_path={spec.hf_path!r} has vocab_size "
@@ -84,7 +85,8 @@ def preset_config(spec, vocab_size: int) -> ModelConfig:
     shape = {f: getattr(spec, f) for f in ("d_model", "n_layers", "n_heads", "n_kv_heads", "head_dim", "mlp_dim")}
     overrides = {k: v for k, v in shape.items() if v}
     return models.preset(spec.preset, vocab_size=vocab_size, param_dtype=spec.param_dtype, dtype=spec.dtype,
-                         remat=spec.remat, module=spec.module, **overrides)
+                         remat=spec.remat, scan_layers=spec.scan_layers, logits_chunk=spec.logits_chunk,
+                         module=spec.module, **overrides)
 
 
 def reward_specs(cfg: TrainConfig, task) -> tuple[rewards_lib.RewardSpec, ...]:

@@ -134,7 +134,18 @@ def parse_args(argv=None, *, description: str = "", get_config=None):
     ap.add_argument("--summarize-only", action="store_true",
                     help="studies only: rebuild results.md / results.json / plots from the runs already in --out "
                          "(e.g. after training seeds in separate processes with --seeds)")
+    aot = ap.add_argument_group("compile for a TPU topology instead of training (grpo_jax.aot; pip install -e '.[tpu]')")
+    aot.add_argument("--compile-only", action="store_true",
+                     help="compile every program of the run for --topology on this machine and report per chip")
+    aot.add_argument("--topology", default=None, metavar="T", help="a TPU slice: v5e:2x4, v5p:4x4x4 or v5e-64 (chips)")
+    aot.add_argument("--prompt-len", type=int, default=None, metavar="P",
+                     help="prompt bucket width compiled for (default: a generated task's longest, else 256)")
+    aot.add_argument("--programs", default=None, metavar="A,B", help="compile only these programs (train_step, "
+                     "logprobs, lora_merge, to_rollout_mesh, prefill, decode, rollout)")
+    aot.add_argument("--report", default=None, metavar="FILE", help="also write the report as JSON to FILE")
     args = ap.parse_args(argv)
+    if args.topology and not args.compile_only:
+        raise UserError("--topology is read only with --compile-only")
     script = getattr(sys.modules.get(getattr(get_config, "__module__", "")), "__file__", None)
     if script and (why := checkout_mismatch(script)):
         raise UserError(why)

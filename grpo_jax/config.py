@@ -575,6 +575,8 @@ class ModelSpec:
     param_dtype: str = "float32"  # storage dtype of the policy weights
     dtype: str = "float32"  # matmul dtype; logits/softmax/logprobs always float32
     remat: str = "none"  # gradient checkpointing per decoder layer: none / full (recompute all) / dots (keep projections)
+    logits_chunk: int = 0  # the update's logits computed this many completion tokens at a time (checkpointed): [rows, chunk, V] float32 at once; 0 = all
+    scan_layers: bool = False  # training and logprob forwards scan one compiled layer over the stacked weights (compile time: docs/tpu.md)
     module: str = ""  # your own Flax linen decoder, package.module:Class, built as Class(model config) with the preset's shapes (docs/architecture.md, the model protocol); "" = the built-in decoder
 
     def __post_init__(self):
@@ -584,6 +586,11 @@ class ModelSpec:
         _check_choice("ModelSpec", "remat", self.remat, REMAT_MODES)
         if self.module and ":" not in self.module:
             _fail("ModelSpec", "module", f"must be an import path package.module:Class, got {self.module!r}")
+        if self.logits_chunk < 0:
+            _fail("ModelSpec", "logits_chunk", f"must be >= 0 (0 = off), got {self.logits_chunk!r}")
+        if self.module and (self.logits_chunk or self.scan_layers):
+            _fail("ModelSpec", "logits_chunk" if self.logits_chunk else "scan_layers", "acts on the built-in decoder; "
+                  "a model.module of your own runs its layers and head itself")
         if self.module and self.hf_path:
             _fail("ModelSpec", "module", "and hf_path cannot both be set: a Hugging Face checkpoint loads into the "
                   "built-in decoder")

@@ -16,6 +16,7 @@ other). Nothing here passes tuples by position.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 from collections.abc import Callable, Mapping, Sequence
@@ -103,10 +104,11 @@ def rollout(actor: Actor, params, rows: Sequence[Row], key: jax.Array, *, group_
         tokens, mask = sharding.shard_rows(actor.mesh, tokens, mask)
         params = sharding.on_mesh(params, actor.mesh)  # a separate rollout mesh: resharded onto it
     token_temp = (s.token_entropy_floor, s.token_boost, s.token_max_temperature) if s.token_entropy_floor else None
-    ro = sampler.sample(actor.model_cfg, params, tokens, mask, key=key, group_size=group_size,
-                        max_new_tokens=s.max_new_tokens, temperature=jnp.float32(temperature), top_k=s.top_k,
-                        top_p=s.top_p, eos_ids=(tok.eos_id,), pad_id=tok.pad_id,
-                        token_temperature=token_temp if temperature > 0 else None)
+    with contextlib.nullcontext() if actor.mesh is None else jax.sharding.use_abstract_mesh(actor.mesh.abstract_mesh):
+        ro = sampler.sample(actor.model_cfg, params, tokens, mask, key=key, group_size=group_size,
+                            max_new_tokens=s.max_new_tokens, temperature=jnp.float32(temperature), top_k=s.top_k,
+                            top_p=s.top_p, eos_ids=(tok.eos_id,), pad_id=tok.pad_id,
+                            token_temperature=token_temp if temperature > 0 else None)
     if not ro.tokens.is_fully_addressable:
         # Several processes: gather the rollout to every host once, here, and do the step's host-side work
         # (dropping padding, picking groups, the batch) on local arrays. Eager ops on arrays that span

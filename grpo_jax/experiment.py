@@ -19,7 +19,7 @@ import os
 import time
 from collections.abc import Callable
 
-from grpo_jax import monitor, runlog
+from grpo_jax import aot, monitor, runlog
 from grpo_jax.cli import for_people, parse_args
 from grpo_jax.sft import warm_start
 from grpo_jax.train import Trainer, open_trainer
@@ -69,6 +69,8 @@ def run(argv, *, doc: str, get_config, spec: Spec, clock: Clock) -> dict:
     folder stays locked until the report is written (`runlock`); another run there exits with an error naming
     it, and a run paused by an alarm exits with `monitor.PAUSE_EXIT_CODE` after its report."""
     args, cfg = parse_args(argv, description=doc, get_config=get_config)
+    if args.compile_only:
+        return aot.compile_only(args, cfg)
     out = args.out if args.out != "runs/grpo" else spec.default_out
     last_write = runlog.last_write_time(out)  # when an earlier, interrupted process stopped (read before rewriting)
     trainer = open_trainer(cfg, out, resume=args.resume, quiet=args.quiet)

@@ -176,6 +176,16 @@ def param_specs(params_shape, mesh: Mesh):
     return jax.tree_util.tree_map_with_path(spec, params_shape)
 
 
+def under_mesh(mesh: Mesh, fn):
+    """fn traced with `mesh` as the current mesh, so the decoder's activation constraints
+    (`models.layers.constrain_rows`) split its rows over the mesh's data axes; on one device nothing changes."""
+    def wrapped(*args, **kwargs):
+        with jax.sharding.use_abstract_mesh(mesh.abstract_mesh):
+            return fn(*args, **kwargs)
+
+    return wrapped
+
+
 def named(mesh: Mesh, specs):
     return jax.tree.map(lambda s: NamedSharding(mesh, s), specs, is_leaf=lambda x: isinstance(x, P))
 

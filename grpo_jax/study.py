@@ -29,7 +29,7 @@ import numpy as np
 from matplotlib.figure import Figure  # no pyplot: files only, and no global backend switch for the importer
 
 from grpo_jax.cli import parse_args
-from grpo_jax import stats
+from grpo_jax import aot, stats
 from grpo_jax.config import TrainConfig, flat_dict, from_dict, override, to_dict
 from grpo_jax.fileio import atomic_write, atomic_write_text
 from grpo_jax.provenance import package_versions, result_provenance, source_digest
@@ -142,6 +142,8 @@ def launch(argv, *, doc: str, get_config, arms: dict, default_out: str, summariz
 
     --jobs N re-runs the script that defines `get_config` (the launcher) in N process slots."""
     args, cfg = parse_args(argv, description=doc, get_config=get_config)
+    if args.compile_only:  # the study's base config (its arms change the objective, not the shapes)
+        return aot.compile_only(args, cfg)
     out, seeds, sft, warm_seed = study_settings(args, cfg, default_out, warm=warm, smoke_warm=smoke_warm,
                                                 warm_seed_default=warm_seed_default, default_seeds=default_seeds)
     extra = smoke_extra_arms if args.smoke and smoke_extra_arms else extra_arms

@@ -21,6 +21,7 @@ import warnings
 import jax
 import jax.numpy as jnp
 
+from grpo_jax import aot
 from grpo_jax import checkpoint as ckpt_lib
 from grpo_jax import control, evaluation, experience, monitor, provenance, runlock, runlog, sampler, sharding
 from grpo_jax import export as export_lib
@@ -125,7 +126,7 @@ class Trainer:
         self.state = jax.device_put(self.state, self.state_shardings)
         # LoRA: the merged policy, laid out as the base (update.policy_params; unused state leaves are pruned)
         self._merged = jax.jit(lambda st: policy_params(model_cfg, cfg, st), out_shardings=self.state_shardings.base)
-        self.train_step = jax.jit(make_train_step(model_cfg, cfg, self.optimizer),
+        self.train_step = jax.jit(sharding.under_mesh(self.mesh, make_train_step(model_cfg, cfg, self.optimizer)),
                                   out_shardings=(self.state_shardings, None), donate_argnums=0)
         self.iteration_seconds: list[float] = []  # wall time of each loop iteration of `run` (benchmarks read it)
         self._pending: dict[int, _Pending] = {}  # step -> its rollout, dispatched ahead (rollout.overlap / off_policy)
@@ -499,6 +500,8 @@ def open_trainer(cfg: TrainConfig, out_dir: str, **kwargs) -> Trainer:
 @for_people
 def main(argv=None) -> dict:
     args, cfg = parse_args(argv, description="Run GRPO from a config: python -m grpo_jax.train --out DIR --set ...")
+    if args.compile_only:
+        return aot.compile_only(args, cfg)
     trainer = open_trainer(cfg, args.out, resume=args.resume, quiet=args.quiet, rollback_to=args.rollback_to)
     summary = trainer.run()
     if summary["paused"]:

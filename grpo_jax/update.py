@@ -258,6 +258,9 @@ def completion_logprobs(model_cfg: ModelConfig, params, tokens, attn_mask, n_com
     temperature is a scalar or per token [N, T] (as the sampler recorded it). dropout_key: LoRA dropout
     (the loss forward only)."""
     pos = text_positions(attn_mask)
+    if model_cfg.logits_chunk:
+        return _chunked_completion_logprobs(model_cfg, params, tokens, attn_mask, n_completion, temperature,
+                                            dropout_key=dropout_key)
     logits, _ = models.forward(model_cfg, params, tokens, rope_positions(model_cfg, pos), attn_mask=attn_mask,
                                dropout_key=dropout_key)
     t = jnp.asarray(temperature, jnp.float32)
@@ -265,6 +268,33 @@ def completion_logprobs(model_cfg: ModelConfig, params, tokens, attn_mask, n_com
     logits = logits[:, -n_completion - 1 : -1] / (t[..., None] if t.ndim else t)
     targets = tokens[:, -n_completion:]
     return models.token_logprobs(logits, targets), models.token_entropy(logits)
+
+
+def _chunked_completion_logprobs(model_cfg: ModelConfig, params, tokens, attn_mask, n_completion: int, temperature,
+                                 *, dropout_key=None):
+    """`completion_logprobs` with the head applied to the completion's positions only, C = logits_chunk tokens
+    at a time under `jax.checkpoint`: [N, C, V] float32 logits live at once instead of [N, P + T, V], and the
+    backward pass recomputes each chunk's from its [N, C, D] hidden states. T is padded up to a multiple of C
+    (the padding's values are dropped)."""
+    pos = rope_positions(model_cfg, text_positions(attn_mask))
+    hidden = models.forward_hidden(model_cfg, params, tokens, pos, attn_mask=attn_mask, dropout_key=dropout_key)
+    n, t, c = tokens.shape[0], n_completion, model_cfg.logits_chunk
+    temp = jnp.asarray(temperature, jnp.float32)
+    temp = jnp.broadcast_to(jnp.where(temp > 0, temp, 1.0), (n, t))
+    pad = -t % c
+    chunks = lambda x, fill=0: jnp.pad(x, [(0, 0), (0, pad)] + [(0, 0)] * (x.ndim - 2), constant_values=fill  # noqa: E731
+                                       ).reshape(n, (t + pad) // c, c, *x.shape[2:]).swapaxes(0, 1)
+    head = {k: v for k, v in params.items() if k != "layers"}
+
+    @jax.checkpoint
+    def one(xs):
+        x_NxCxD, temp_NxC, targets_NxC = xs
+        logits = models.head_logits(model_cfg, head, x_NxCxD) / temp_NxC[..., None]
+        return models.token_logprobs(logits, targets_NxC), models.token_entropy(logits)
+
+    logp, ent = jax.lax.map(one, (chunks(hidden[:, -t - 1: -1]), chunks(temp, 1.0), chunks(tokens[:, -t:])))
+    unchunk = lambda x: x.swapaxes(0, 1).reshape(n, t + pad)[:, :t]  # noqa: E731
+    return unchunk(logp), unchunk(ent)
 
 
 def chunked_logprobs(model_cfg: ModelConfig, params, batch: Batch, n_completion: int, chunks: int = 1):

@@ -17,8 +17,8 @@ _EXPORTS = {
                       "qwen3_0_6b", "tiny"),
     "models.hf": ("CheckpointError", "load_hf", "save_hf"),
     "models.keys": ("as_typed_key",),
-    "models.transformer": ("decoder", "forward", "grow_cache", "init_cache", "init_params", "token_entropy",
-                           "token_logprobs"),
+    "models.transformer": ("decoder", "forward", "forward_hidden", "grow_cache", "head_logits", "init_cache",
+                           "init_params", "token_entropy", "token_logprobs"),
 }
 _HOME = {name: module for module, names in _EXPORTS.items() for name in names}
 _SUBMODULES = ("config", "hf", "keys", "layers", "lora", "modules", "rope", "transformer")

@@ -47,6 +47,12 @@ class ModelConfig:
     dtype: str = "float32"  # matmul dtype; norms, softmax, logits always float32
     arch: str = "llama"  # Hugging Face family used by models.hf when writing a checkpoint
     remat: str = "none"  # recompute each decoder layer in the backward pass: "none" | "full" | "dots" (not in HF)
+    # the cache-free (training, logprob) forward runs the layers as one lax.scan over their stacked weights:
+    # one compiled layer body instead of n_layers copies (compile time); the same numbers (not in HF)
+    scan_layers: bool = False
+    # completion logprobs in the update: the head applied `logits_chunk` tokens at a time under a checkpoint, so
+    # only [rows, logits_chunk, V] float32 logits live at once, forward and backward; 0 = all positions at once
+    logits_chunk: int = 0
     # a Flax linen Module class of your own, "package.module:Class", built as Class(cfg) (the model protocol,
     # models.transformer); "" = the built-in models.modules.Decoder
     module: str = ""
@@ -95,6 +101,8 @@ class ModelConfig:
                                  f"and high_freq_factor > low_freq_factor > 0, got {scaling}")
         if self.remat not in REMAT_MODES:
             raise ValueError(f"ModelConfig.remat must be one of {REMAT_MODES}, got {self.remat!r}")
+        if not isinstance(self.logits_chunk, int) or self.logits_chunk < 0:
+            raise ValueError(f"ModelConfig.logits_chunk must be an int >= 0 (0 = off), got {self.logits_chunk!r}")
         if not isinstance(self.module, str) or (self.module and ":" not in self.module):
             raise ValueError(f"ModelConfig.module must be \"\" or an import path package.module:Class, got {self.module!r}")
 
@@ -169,8 +177,35 @@ def qwen3_0_6b(**overrides) -> ModelConfig:
     return ModelConfig(**{**base, **overrides})
 
 
+def _qwen2_5(d_model: int, n_layers: int, n_heads: int, n_kv_heads: int, mlp_dim: int, *, vocab_size: int,
+             tie: bool):
+    """A Qwen2.5 shape (config.json of the released checkpoints): head_dim 128, q/k/v biases, theta 1e6."""
+    def make(**overrides) -> ModelConfig:
+        base = dict(vocab_size=vocab_size, d_model=d_model, n_layers=n_layers, n_heads=n_heads, n_kv_heads=n_kv_heads,
+                    head_dim=128, mlp_dim=mlp_dim, qkv_bias=True, tie_embeddings=tie, rope_theta=1_000_000.0,
+                    arch="qwen2")
+        return ModelConfig(**{**base, **overrides})
+    return make
+
+
+def _qwen3(d_model: int, n_layers: int, n_heads: int, n_kv_heads: int, mlp_dim: int, *, tie: bool):
+    """A Qwen3 shape (config.json of the released checkpoints): head_dim 128, q/k norms, theta 1e6."""
+    def make(**overrides) -> ModelConfig:
+        base = dict(vocab_size=151_936, d_model=d_model, n_layers=n_layers, n_heads=n_heads, n_kv_heads=n_kv_heads,
+                    head_dim=128, mlp_dim=mlp_dim, qk_norm=True, tie_embeddings=tie, rope_theta=1_000_000.0,
+                    arch="qwen3")
+        return ModelConfig(**{**base, **overrides})
+    return make
+
+
 PRESETS = {"tiny": tiny, "bench_qwen2_tiny": bench_qwen2_tiny, "qwen2.5-0.5b": qwen2_5_0_5b, "llama-1b": llama_1b,
-           "qwen3-0.6b": qwen3_0_6b}
+           "qwen3-0.6b": qwen3_0_6b,
+           # shapes only (no weights): what `python -m grpo_jax.aot` compiles at real sizes
+           "qwen2.5-1.5b": _qwen2_5(1536, 28, 12, 2, 8960, vocab_size=151_936, tie=True),
+           "qwen2.5-7b": _qwen2_5(3584, 28, 28, 4, 18_944, vocab_size=152_064, tie=False),
+           "qwen2.5-14b": _qwen2_5(5120, 48, 40, 8, 13_824, vocab_size=152_064, tie=False),
+           "qwen3-8b": _qwen3(4096, 36, 32, 8, 12_288, tie=False),
+           "qwen3-14b": _qwen3(5120, 40, 40, 8, 17_408, tie=False)}
 
 
 def preset(name: str, **overrides) -> ModelConfig:

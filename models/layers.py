@@ -78,6 +78,32 @@ def _attend_one(q_BxKxGxH, k_BxKxHxS, v_BxKxSxH, mask_BxS) -> jnp.ndarray:
     return jnp.einsum("bkgs,bksh->bkgh", probs, v_BxKxSxH, preferred_element_type=f32).astype(v_BxKxSxH.dtype)
 
 
+# The mesh axes a decoder's activations split their rows over when the caller sets a mesh (`jax.set_mesh`);
+# grpo_jax.sharding.RULES["batch"] names the same axes for the data. Without the constraint XLA may follow the
+# fsdp-split embedding instead and split the residual stream's D over fsdp, which turns every projection into
+# an all-reduce of its output: a Qwen2.5-0.5B train step on v5e:2x4 moved 40 GB of all-reduce per chip (docs/tpu.md).
+ACTIVATION_ROW_AXES = ("data", "fsdp")
+
+
+def constrain_rows(x: jnp.ndarray) -> jnp.ndarray:
+    """x with its leading (row) dimension split over the current mesh's ACTIVATION_ROW_AXES and the rest
+    whole on each device; x as it is when no mesh is set, those axes are all of size 1 or manual (inside a
+    shard_map each device holds its own rows already), or the rows do not divide (a program on one device is
+    unchanged)."""
+    mesh = jax.sharding.get_abstract_mesh()
+    if mesh.empty:
+        return x
+    manual = {a for a, t in zip(mesh.axis_names, mesh.axis_types) if t == jax.sharding.AxisType.Manual}
+    axes = tuple(a for a in ACTIVATION_ROW_AXES if a in mesh.axis_names and mesh.shape[a] > 1 and a not in manual)
+    ways = 1
+    for a in axes:
+        ways *= mesh.shape[a]
+    if not axes or x.shape[0] % ways:
+        return x
+    spec = jax.sharding.PartitionSpec(axes if len(axes) > 1 else axes[0], *([None] * (x.ndim - 1)))
+    return jax.lax.with_sharding_constraint(x, spec)
+
+
 CAUSAL_BLOCK = 128  # query rows per block in causal_attention (experiments/PERF.md)
 
 

@@ -188,7 +188,7 @@ class DecoderLayer(nn.Module):
 
     def __call__(self, x_BxTxD, cos, sin, mask_BxTxS, kv_cache=None, write_index_B=None, dropout_key=None):
         x, kv_cache = self.attention(x_BxTxD, cos, sin, mask_BxTxS, kv_cache, write_index_B, dropout_key)
-        return self.mlp(x, dropout_key), kv_cache
+        return layers.constrain_rows(self.mlp(x, dropout_key)), kv_cache
 
 
 def _train_layer(layer: DecoderLayer, x, cos, sin, mask, dropout_key):
@@ -210,18 +210,24 @@ class Decoder(nn.Module):
         nn.share_scope(self, self.head)
         self.layers = [DecoderLayer(cfg) for _ in range(cfg.n_layers)]
 
-    def __call__(self, tokens, positions, *, attn_mask=None, cache=None, dropout_key=None):
+    def __call__(self, tokens, positions, *, attn_mask=None, cache=None, dropout_key=None, hidden=False):
+        """hidden=True (cache-free path only): the last layer's output [B, T, D] instead of the logits, for a
+        caller that applies the head itself (`models.transformer.head_logits`) to a slice of the positions."""
         cfg = self.cfg
         b, t = tokens.shape
         valid = jnp.ones((b, t), bool) if attn_mask is None else attn_mask.astype(bool)
-        x = self.embedding(tokens)
+        x = layers.constrain_rows(self.embedding(tokens))
         cos, sin = rope_cos_sin(cfg, positions)
         if cache is None:  # the training / teacher-forcing path: the only one ever differentiated
             mask = jnp.tril(jnp.ones((t, t), bool))[None] & valid[:, None, :]  # [B, T, T]
-            run = _train_layer if cfg.remat == "none" else nn.remat(_train_layer, policy=remat_policy(cfg.remat))
-            for i, layer in enumerate(self.layers):
-                x = run(layer, x, cos, sin, mask, None if dropout_key is None else jax.random.fold_in(dropout_key, i))
-            return self.head(x, self.embedding.table), None
+            if cfg.scan_layers and not self.is_initializing():
+                stacked = [self.variables["params"][f"layers_{i}"] for i in range(cfg.n_layers)]
+                x = scan_layers(cfg, stacked, x, cos, sin, mask, dropout_key)
+            else:
+                run = _train_layer if cfg.remat == "none" else nn.remat(_train_layer, policy=remat_policy(cfg.remat))
+                for i, layer in enumerate(self.layers):
+                    x = run(layer, x, cos, sin, mask, None if dropout_key is None else jax.random.fold_in(dropout_key, i))
+            return (x if hidden else self.head(x, self.embedding.table)), None
         # prefill / decode (the sampler): never differentiated, so never checkpointed
         write_index = cache["end_index"]
         key_mask = layers.write_cache(cache["mask"], valid, write_index)  # [B, S]
@@ -234,6 +240,25 @@ class Decoder(nn.Module):
             new_layer_caches.append(kv)
         return self.head(x, self.embedding.table), {"layers": new_layer_caches, "end_index": write_index + t,
                                                 "mask": key_mask}
+
+
+def scan_layers(cfg: ModelConfig, layer_params: list, x_BxTxD, cos, sin, mask_BxTxS, dropout_key=None):
+    """The cache-free layers as one `lax.scan` over their weights stacked on a leading [n_layers] axis
+    (ModelConfig.scan_layers): XLA compiles one layer body instead of n_layers copies, so compile time stops
+    growing with depth (MaxText's scan_layers). Layer i computes exactly what the unrolled loop's layer i does,
+    its dropout key fold_in(dropout_key, i) too. The stack is a copy of the weights made inside the program
+    (a params-sized temporary per chip, freed after the forward; its gradient is sliced back per layer)."""
+    stacked = jax.tree.map(lambda *leaves: jnp.stack(leaves), *layer_params)
+    layer = DecoderLayer(cfg, parent=None)  # a module of its own, applied to each layer's weights
+
+    def body(x, xs):
+        params, i = xs
+        key = None if dropout_key is None else jax.random.fold_in(dropout_key, i)
+        return layer.apply({"params": params}, x, cos, sin, mask_BxTxS, dropout_key=key)[0], None
+
+    if cfg.remat != "none":  # inside a scan, prevent_cse=False is JAX's advice: the loop already keeps XLA from CSE
+        body = jax.checkpoint(body, policy=remat_policy(cfg.remat), prevent_cse=False)
+    return jax.lax.scan(body, x_BxTxD, (stacked, jnp.arange(cfg.n_layers)))[0]
 
 
 def remat_policy(mode: str):

@@ -150,6 +150,22 @@ def forward(
     return decoder(cfg).apply(variables, tokens, positions, attn_mask=attn_mask, cache=cache, dropout_key=dropout_key)
 
 
+def forward_hidden(cfg: ModelConfig, params: dict, tokens: jnp.ndarray, positions: jnp.ndarray, *,
+                   attn_mask: jnp.ndarray | None = None, dropout_key: jax.Array | None = None) -> jnp.ndarray:
+    """The built-in decoder's cache-free forward up to the head: the last layer's output [B, T, D] (before
+    the final norm), which `head_logits` turns into logits; `forward` = head_logits(forward_hidden(...))."""
+    if cfg.module:
+        raise ValueError(f"forward_hidden: the built-in decoder's; model.module={cfg.module!r} returns logits only")
+    return decoder(cfg).apply(modules.variables(params), tokens, positions, attn_mask=attn_mask,
+                              dropout_key=dropout_key, hidden=True)[0]
+
+
+def head_logits(cfg: ModelConfig, params: dict, x_BxTxD: jnp.ndarray) -> jnp.ndarray:
+    """Final norm and LM head on hidden states (`forward_hidden`), float32 logits [B, T, V]."""
+    head = {k: params[k] for k in ("final_norm", "lm_head") if k in params}
+    return modules.LMHead(cfg, parent=None).apply({"params": head}, x_BxTxD, params["embed"])
+
+
 def token_logprobs(logits_BxTxV: jnp.ndarray, targets_BxT: jnp.ndarray) -> jnp.ndarray:
     """log softmax(logits)[target] in float32, [B, T]."""
     logits = logits_BxTxV.astype(jnp.float32)
