@@ -298,8 +298,10 @@ def _sampler_makers(cfg, model_cfg, mesh, params, prompt_len):
     key = jax.ShapeDtypeStruct((), jax.eval_shape(lambda: jax.random.key(0)).dtype, sharding=rep)
     temperature = jax.ShapeDtypeStruct((), jnp.float32, sharding=rep)
     token_temp = (s.token_entropy_floor, s.token_boost, s.token_max_temperature) if s.token_entropy_floor else None
+    # decode: one loop over the full P + T cache, the largest of the sampler's chunks (`sampler.decode_chunks`:
+    # up to 8 loops of the same body over a growing cache); its memory is the rollout's, its compile time one loop's
     static = dict(group_size=g, max_new_tokens=t, top_k=s.top_k, top_p=float(s.top_p), eos_ids=(1,), pad_id=0,
-                  token_temperature=tuple(float(x) for x in token_temp or ()) or None)
+                  token_temperature=tuple(float(x) for x in token_temp or ()) or None, chunk_ends=(t,))
     replicated_params = all(x.sharding.is_fully_replicated for x in jax.tree.leaves(params))
     if replicated_params and rows.spec and sharding.data_ways(mesh) > 1:
         axes = tuple(a for a in sharding.RULES["batch"] if mesh.shape[a] > 1)
@@ -324,7 +326,7 @@ def _sampler_makers(cfg, model_cfg, mesh, params, prompt_len):
         keys = jax.ShapeDtypeStruct(keys.shape, keys.dtype, sharding=lengths.sharding)
         return sampler._decode.lower(model_cfg, params, cache, logits, lengths, keys, temperature, max_new_tokens=t,
                                      top_k=s.top_k, top_p=float(s.top_p), eos_ids=(1,), pad_id=0,
-                                     token_temperature=static["token_temperature"] or ())
+                                     token_temperature=static["token_temperature"] or (), chunk_ends=(t,))
 
     return [("prefill", prefill), ("decode", decode)]
 

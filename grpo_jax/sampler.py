@@ -200,10 +200,12 @@ class DecodeState:
 
 @functools.partial(
     jax.jit,
-    static_argnames=("cfg", "max_new_tokens", "top_k", "top_p", "eos_ids", "pad_id", "token_temperature"),
+    static_argnames=("cfg", "max_new_tokens", "top_k", "top_p", "eos_ids", "pad_id", "token_temperature",
+                     "chunk_ends"),
 )
 def _decode(cfg: ModelConfig, params, cache, logits0_RxV, start_pos_R, keys_R, temperature, *,
-            max_new_tokens: int, top_k: int, top_p: float, eos_ids: tuple, pad_id: int, token_temperature: tuple):
+            max_new_tokens: int, top_k: int, top_p: float, eos_ids: tuple, pad_id: int, token_temperature: tuple,
+            chunk_ends: tuple | None = None):
     """The decode loops (one per chunk, `decode_chunks`) for R = B*G rows: {tokens, completion_mask,
     logprobs, entropies, policy_entropies, temperatures: [R, T]; lengths, truncated: [R]} (`_finish`). The prompt
     cache comes in with P slots and is grown before each chunk; inside a loop it is carried state that XLA
@@ -248,7 +250,9 @@ def _decode(cfg: ModelConfig, params, cache, logits0_RxV, start_pos_R, keys_R, t
         entropies=jnp.zeros((r, t_max), jnp.float32), policy_entropies=jnp.zeros((r, t_max), jnp.float32),
         temperatures=jnp.broadcast_to(jnp.asarray(temperature, jnp.float32), (r, t_max)))
     prompt_slots = cache["mask"].shape[1]
-    for end in decode_chunks(t_max):  # each chunk's cache holds the slots it can fill, no more
+    # each chunk's cache holds the slots it can fill, no more; chunk_ends=(T,) is one loop over the full cache, the
+    # largest of them, which is what grpo_jax.aot compiles to size a rollout without compiling every chunk
+    for end in chunk_ends or decode_chunks(t_max):
         state = state.replace(cache=models.grow_cache(state.cache, prompt_slots + end))
         cond = lambda s, end=end: (s.t < end) & ~jnp.all(s.done)  # noqa: E731
         state = jax.lax.while_loop(cond, body, state)
@@ -279,8 +283,9 @@ def _finish(state: DecodeState, eos) -> dict[str, jax.Array]:
 
 def sample_core(cfg: ModelConfig, params, prompt_tokens, prompt_mask, prompt_ids, *, key, group_size: int,
                 max_new_tokens: int, temperature=1.0, top_k: int = 0, top_p: float = 1.0, eos_ids=(),
-                pad_id: int = 0, token_temperature=None) -> Rollout:
-    """`sample` for already left-aligned, bucketed prompts and explicit global prompt indices [B]."""
+                pad_id: int = 0, token_temperature=None, chunk_ends: tuple | None = None) -> Rollout:
+    """`sample` for already left-aligned, bucketed prompts and explicit global prompt indices [B]; chunk_ends:
+    `_decode`'s (None: `decode_chunks`)."""
     key = as_typed_key(key)
     cache, last_logits, lengths = _prefill(cfg, params, prompt_tokens, prompt_mask, group_size=group_size,
                                            max_new_tokens=max_new_tokens)
@@ -288,7 +293,7 @@ def sample_core(cfg: ModelConfig, params, prompt_tokens, prompt_mask, prompt_ids
     outs = _decode(cfg, params, cache, last_logits, lengths, keys, jnp.asarray(temperature, jnp.float32),
                    max_new_tokens=max_new_tokens, top_k=int(top_k), top_p=float(top_p),
                    eos_ids=tuple(int(e) for e in eos_ids), pad_id=int(pad_id),
-                   token_temperature=tuple(float(x) for x in token_temperature or ()))
+                   token_temperature=tuple(float(x) for x in token_temperature or ()), chunk_ends=chunk_ends)
     b = prompt_tokens.shape[0]
     rows = {name: x.reshape((b, group_size) + x.shape[1:]) for name, x in outs.items()}
     return Rollout(prompt_tokens=prompt_tokens, prompt_mask=prompt_mask, **rows)

@@ -7,6 +7,7 @@ do not divide evenly is replicated instead (tiny test models on 8 devices), so a
 
 from __future__ import annotations
 
+import functools
 import math
 
 import jax
@@ -178,7 +179,9 @@ def param_specs(params_shape, mesh: Mesh):
 
 def under_mesh(mesh: Mesh, fn):
     """fn traced with `mesh` as the current mesh, so the decoder's activation constraints
-    (`models.layers.constrain_rows`) split its rows over the mesh's data axes; on one device nothing changes."""
+    (`models.layers.constrain_rows`) split its rows over the mesh's data axes; on one device nothing changes.
+    Keeps fn's name: jax's compile logs and profiles name the program by it."""
+    @functools.wraps(fn)
     def wrapped(*args, **kwargs):
         with jax.sharding.use_abstract_mesh(mesh.abstract_mesh):
             return fn(*args, **kwargs)
