@@ -75,8 +75,8 @@ ROWS = [
     Row("qwen2.5-0.5b", "v5e-8", _mesh(8, 16), lora=16),
     Row("qwen2.5-1.5b", "v5e-8", _mesh(8, 16)),
     Row("qwen2.5-1.5b", "v5e-8", _mesh(8, 16), lora=16),
-    Row("qwen2.5-7b", "v5e-8", _mesh(8, 16, rollout_tensor=8)),
-    Row("qwen2.5-7b", "v5e-8", _mesh(8, 16, rollout_tensor=8), lora=16),
+    Row("qwen2.5-7b", "v5e-8", _mesh(8, 16, rollout_tensor=4)),  # 4 KV heads: tensor 4 x data 2 splits the cache
+    Row("qwen2.5-7b", "v5e-8", _mesh(8, 16, rollout_tensor=4), lora=16),
     Row("qwen2.5-7b", "v5e-64", _mesh(64, 4, rollout_tensor=4)),
     Row("qwen2.5-7b", "v5e-64", _mesh(64, 4, rollout_tensor=4), lora=16),
     Row("qwen2.5-7b", "v5p-64", _mesh(64, 4)),
@@ -112,11 +112,12 @@ def run_row(row: Row) -> dict:
 
 def table(results: list[tuple[Row, dict]]) -> str:
     """The scaling table in markdown: a line per row with its command."""
-    lines = ["| model | tuning | slice (chips) | mesh: update / rollout | GiB per chip (peak program) | fits "
-             "| step s (est.) | rollout tok/s/chip (est.) | MFU (est.) | compile s |", "|---" * 10 + "|"]
+    lines = ["| # | model | tuning | slice (chips) | mesh: update / rollout | GiB per chip (peak program) | fits "
+             "| step s (est.) | rollout tok/s/chip (est.) | MFU (est.) | compile s |", "|---" * 11 + "|"]
     for row, r in results:
+        i = ROWS.index(row)
         if "error" in r:
-            lines.append(f"| {row.model} | {'LoRA r' + str(row.lora) if row.lora else 'full'} | {row.topology} | "
+            lines.append(f"| {i} | {row.model} | {'LoRA r' + str(row.lora) if row.lora else 'full'} | {row.topology} | "
                          f"{' '.join(row.mesh)} | failed: {r['error']} | | | | | |")
             continue
         m, peak, est = r["mesh"], r["peak"], r["estimate"]
@@ -124,15 +125,14 @@ def table(results: list[tuple[Row, dict]]) -> str:
         rollout = (f"data {r['chips'] // m['rollout_tensor']} x tensor {m['rollout_tensor']}" if m["rollout_data"]
                    else "the update's")
         lines.append(
-            f"| {row.model} | {'LoRA r' + str(row.lora) if row.lora else 'full'} | {r['topology']} ({r['chips']}) | "
+            f"| {i} | {row.model} | {'LoRA r' + str(row.lora) if row.lora else 'full'} | "
+            f"{r['topology']} ({r['chips']}) | "
             f"data {data} x fsdp {m['fsdp']} x tensor {m['tensor']}, {r['work']['microbatches']} microbatches / "
             f"{rollout} | {peak['bytes'] / aot.GIB:.1f} ({peak['program']}) of {peak['capacity'] / aot.GIB:.0f} | "
             f"{'yes' if peak['fits'] else '**no**'} | {est['step_seconds']:.1f} | "
             f"{est['rollout_tokens_per_s_per_chip']:,.0f} | {100 * est['mfu']:.0f}% | {r['compile_seconds']:.0f} |")
-    lines.append("")
-    lines.append("Each row's command: `python experiments/tpu_plan.py " + "--compile-only --topology T --set "
-                 "model.preset=M --set <its mesh settings>` (listed with every row by `python experiments/"
-                 "tpu_plan.py table --list`).")
+    lines += ["", "Each row's command (`python experiments/tpu_plan.py table --list` prints them):", ""]
+    lines += [f"{ROWS.index(row)}. `python experiments/tpu_plan.py {' '.join(row.argv())}`" for row, _ in results]
     return "\n".join(lines)
 
 

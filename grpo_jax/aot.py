@@ -419,7 +419,8 @@ def estimate(cfg: TrainConfig, model_cfg: ModelConfig, chip: Chip, n_chips: int,
     train_flops = fwd * (passes + cfg.mu * (3 + remat))
     # per update each chip reads its shard of params, grads and both Adam moments (f32) and writes them back
     state_bytes = perf.matmul_params(model_cfg) * (jnp.dtype(model_cfg.param_dtype).itemsize + 4 * 3) / (fsdp * tensor)
-    train_hbm = (passes + cfg.mu * 3) * perf.forward_bytes(model_cfg, n, seq, itemsize) / n_chips + 2 * updates * state_bytes
+    train_hbm = ((passes + cfg.mu * 3) * perf.forward_bytes(model_cfg, n, seq, itemsize) / n_chips
+                 + 2 * updates * state_bytes)
     micro = cfg.mu * cfg.minibatches * cfg.microbatches
     train_ici = (passes * cfg.microbatches + micro * 3) * gather(fsdp, tensor)
     grad_shard = perf.matmul_params(model_cfg) * jnp.dtype(model_cfg.param_dtype).itemsize / (fsdp * tensor)
@@ -486,6 +487,7 @@ def compile_run(cfg: TrainConfig, topology: str, *, prompt_len: int | None = Non
     worst = max(with_state, key=with_state.get)
     peak = with_state[worst]
     return {
+        "notes": layout_notes(cfg, model_cfg),
         "topology": topo, "chip": dataclasses.asdict(chip), "chips": len(devices),
         "mesh": {k: getattr(cfg.mesh, k) for k in ("data", "fsdp", "tensor", "rollout_data", "rollout_fsdp",
                                                    "rollout_tensor")},
@@ -518,6 +520,20 @@ def peak_bytes(name: str, figures: dict, resident: int) -> int:
     return own + resident
 
 
+def layout_notes(cfg: TrainConfig, model_cfg: ModelConfig) -> list[str]:
+    """What the rules will replicate that the mesh could split: tensor ways that do not divide the KV heads
+    (the KV cache, k and v whole on every tensor shard) or the query heads."""
+    notes = []
+    for where, ways in (("mesh.tensor", cfg.mesh.tensor), ("mesh.rollout_tensor", cfg.mesh.rollout_tensor)):
+        if where == "mesh.rollout_tensor" and not cfg.mesh.rollout_data:
+            continue
+        for heads, what in ((model_cfg.n_kv_heads, "KV heads (the KV cache)"), (model_cfg.n_heads, "query heads")):
+            if ways > 1 and heads % ways:
+                notes.append(f"{where}={ways} does not divide the model's {heads} {what}: replicated on every "
+                             f"tensor shard; use a divisor of {heads}")
+    return notes
+
+
 def _resident_bytes(programs: dict) -> int:
     """The train state's bytes per chip, alive while the rollout programs run: the train step's donated
     arguments (the aliased bytes), or its arguments when nothing was compiled as donated."""
@@ -546,7 +562,8 @@ def format_report(report: dict) -> str:
     """The report as text: a line per program, the fit verdict, the estimate (labelled as one)."""
     chip, gib = report["chip"], lambda b: f"{b / GIB:.2f}"  # noqa: E731
     lines = [f"{report['topology']} ({report['chips']} chips of {chip['name']}, {gib(chip['hbm_bytes'])} GiB HBM "
-             f"each), mesh {report['mesh']}, model {report['model']['params'] / 1e9:.2f}B params, work {report['work']}",
+             f"each), mesh {report['mesh']}, model {report['model']['params'] / 1e9:.2f}B params, "
+             f"work {report['work']}",
              "| program | args GiB | out GiB | temp GiB | code GiB | total GiB/chip | XLA GFLOP | collectives "
              "(count, MiB) | compile s |", "|---|---|---|---|---|---|---|---|---|"]
     for name, f in report["programs"].items():
@@ -556,14 +573,15 @@ def format_report(report: dict) -> str:
                      f"{f['compile_seconds']:.1f} |")
     peak = report["peak"]
     verdict = "fits" if peak["fits"] else "DOES NOT FIT"
-    lines.append(f"peak per chip: {gib(peak['bytes'])} GiB ({peak['program']}, with the {gib(report['resident_state_bytes'])}"
-                 f" GiB train state resident) of {gib(peak['capacity'])} GiB: {verdict}, headroom "
+    lines.append(f"peak per chip: {gib(peak['bytes'])} GiB ({peak['program']}, with the "
+                 f"{gib(report['resident_state_bytes'])} GiB train state resident) of {gib(peak['capacity'])} GiB: {verdict}, headroom "
                  f"{gib(peak['headroom_bytes'])} GiB")
     est = report["estimate"]
     phases = ", ".join(f"{k} {v['seconds']:.3g} s ({v['bound']}-bound)" for k, v in est["phases"].items())
     lines.append(f"{est['label']}: step {est['step_seconds']:.3g} s [{phases}], rollout "
                  f"{est['rollout_tokens_per_s_per_chip']:.0f} tokens/s per chip, MFU {100 * est['mfu']:.1f}%")
     lines.append(f"compile time {report['compile_seconds']:.1f} s in all")
+    lines += [f"note: {n}" for n in report.get("notes", [])]
     return "\n".join(lines)
 
 

@@ -134,7 +134,8 @@ def parse_args(argv=None, *, description: str = "", get_config=None):
     ap.add_argument("--summarize-only", action="store_true",
                     help="studies only: rebuild results.md / results.json / plots from the runs already in --out "
                          "(e.g. after training seeds in separate processes with --seeds)")
-    aot = ap.add_argument_group("compile for a TPU topology instead of training (grpo_jax.aot; pip install -e '.[tpu]')")
+    aot = ap.add_argument_group("compile for a TPU topology instead of training (grpo_jax.aot; "
+                                "pip install -e '.[tpu]')")
     aot.add_argument("--compile-only", action="store_true",
                      help="compile every program of the run for --topology on this machine and report per chip")
     aot.add_argument("--topology", default=None, metavar="T", help="a TPU slice: v5e:2x4, v5p:4x4x4 or v5e-64 (chips)")

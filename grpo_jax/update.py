@@ -282,8 +282,11 @@ def _chunked_completion_logprobs(model_cfg: ModelConfig, params, tokens, attn_ma
     temp = jnp.asarray(temperature, jnp.float32)
     temp = jnp.broadcast_to(jnp.where(temp > 0, temp, 1.0), (n, t))
     pad = -t % c
-    chunks = lambda x, fill=0: jnp.pad(x, [(0, 0), (0, pad)] + [(0, 0)] * (x.ndim - 2), constant_values=fill  # noqa: E731
-                                       ).reshape(n, (t + pad) // c, c, *x.shape[2:]).swapaxes(0, 1)
+
+    def chunks(x, fill=0):  # [N, T, ...] -> [T / C, N, C, ...], T padded with `fill`
+        x = jnp.pad(x, [(0, 0), (0, pad)] + [(0, 0)] * (x.ndim - 2), constant_values=fill)
+        return x.reshape(n, (t + pad) // c, c, *x.shape[2:]).swapaxes(0, 1)
+
     head = {k: v for k, v in params.items() if k != "layers"}
 
     @jax.checkpoint
@@ -293,8 +296,7 @@ def _chunked_completion_logprobs(model_cfg: ModelConfig, params, tokens, attn_ma
         return models.token_logprobs(logits, targets_NxC), models.token_entropy(logits)
 
     logp, ent = jax.lax.map(one, (chunks(hidden[:, -t - 1: -1]), chunks(temp, 1.0), chunks(tokens[:, -t:])))
-    unchunk = lambda x: x.swapaxes(0, 1).reshape(n, t + pad)[:, :t]  # noqa: E731
-    return unchunk(logp), unchunk(ent)
+    return tuple(x.swapaxes(0, 1).reshape(n, t + pad)[:, :t] for x in (logp, ent))
 
 
 def chunked_logprobs(model_cfg: ModelConfig, params, batch: Batch, n_completion: int, chunks: int = 1):

@@ -226,7 +226,8 @@ class Decoder(nn.Module):
             else:
                 run = _train_layer if cfg.remat == "none" else nn.remat(_train_layer, policy=remat_policy(cfg.remat))
                 for i, layer in enumerate(self.layers):
-                    x = run(layer, x, cos, sin, mask, None if dropout_key is None else jax.random.fold_in(dropout_key, i))
+                    key = None if dropout_key is None else jax.random.fold_in(dropout_key, i)
+                    x = run(layer, x, cos, sin, mask, key)
             return (x if hidden else self.head(x, self.embedding.table)), None
         # prefill / decode (the sampler): never differentiated, so never checkpointed
         write_index = cache["end_index"]

@@ -129,3 +129,12 @@ def test_a_refusal_from_the_compiler_becomes_a_figure():
     assert f["total_bytes"] == int(85.09 * 1024**3) and "HLO temporaries (85.09G)" in f["refused"]
     with pytest.raises(RuntimeError, match="TPU compiler failed"):
         aot.refused_figures("INVALID_ARGUMENT: something else", seconds=1.0)
+
+
+def test_tensor_ways_that_do_not_divide_the_kv_heads_are_named():
+    """The tiny model has 2 KV heads and 4 query heads: 4 rollout tensor ways replicate the KV cache."""
+    from models.config import tiny
+    cfg = override(TrainConfig(), ["mesh.rollout_data=-1", "mesh.rollout_tensor=4"])
+    notes = aot.layout_notes(cfg, tiny())
+    assert len(notes) == 1 and notes[0].startswith("mesh.rollout_tensor=4 does not divide the model's 2 KV heads")
+    assert aot.layout_notes(override(TrainConfig(), ["mesh.rollout_data=-1", "mesh.rollout_tensor=2"]), tiny()) == []

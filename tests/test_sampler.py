@@ -303,3 +303,23 @@ def test_argmax_last_matches_jnp_argmax_and_the_draw_matches_categorical():
     assert int(argmax_last(jnp.array([jnp.nan, 1.0, 2.0]))) == 2  # documented: in range, never out of bounds
     keys = jax.random.split(jax.random.key(1), 64)
     np.testing.assert_array_equal(sample_categorical(keys, wide), jax.vmap(jax.random.categorical)(keys, wide))
+
+
+def test_one_decode_loop_over_the_full_cache_samples_what_the_chunks_sample():
+    """`_decode(chunk_ends=(T,))` (what grpo_jax.aot compiles to size a rollout) is the chunked decode with every
+    step in one loop over the P + T cache: the extra slots are masked, so the same tokens are drawn and their
+    logprobs agree to float32 rounding (the softmax sums over more, all-zero, terms)."""
+    cfg, params = _model()
+    prompt, mask = _prompts()
+    kw = dict(key=jax.random.key(3), group_size=2, max_new_tokens=70, temperature=1.0)  # decode_chunks: 2 loops
+    assert len(sampler.decode_chunks(70)) == 2
+    tokens, mask_p = sampler.prepare_prompts(prompt, mask)
+    ids = jnp.arange(tokens.shape[0], dtype=jnp.int32)
+    chunked = sampler.sample_core(cfg, params, tokens, mask_p, ids, **kw)
+    one = sampler.sample_core(cfg, params, tokens, mask_p, ids, chunk_ends=(70,), **kw)
+    np.testing.assert_array_equal(np.asarray(one.tokens), np.asarray(chunked.tokens))
+    assert int(jnp.sum(chunked.completion_mask)) > 2 * 3 * 2  # more than a couple of tokens per row were drawn
+    lp = np.asarray(chunked.logprobs)
+    tol = 64 * np.finfo(np.float32).eps * np.abs(lp).max()  # 64 ulps of the largest logprob: reordered sums
+    np.testing.assert_allclose(np.asarray(one.logprobs), lp, rtol=0, atol=tol)
+
