@@ -488,6 +488,7 @@ def compile_run(cfg: TrainConfig, topology: str, *, prompt_len: int | None = Non
     peak = with_state[worst]
     return {
         "notes": layout_notes(cfg, model_cfg),
+        "versions": _versions(),
         "topology": topo, "chip": dataclasses.asdict(chip), "chips": len(devices),
         "mesh": {k: getattr(cfg.mesh, k) for k in ("data", "fsdp", "tensor", "rollout_data", "rollout_fsdp",
                                                    "rollout_tensor")},
@@ -518,6 +519,18 @@ def peak_bytes(name: str, figures: dict, resident: int) -> int:
         return figures["total_bytes"]
     own = figures["total_bytes"] - (figures["argument_bytes"] if name in _READS_THE_STATE else 0)
     return own + resident
+
+
+def _versions() -> dict:
+    """The compiler the figures come from: jax, jaxlib, libtpu."""
+    from importlib import metadata
+    out = {}
+    for name in ("jax", "jaxlib", "libtpu"):
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    return out
 
 
 def layout_notes(cfg: TrainConfig, model_cfg: ModelConfig) -> list[str]:
