@@ -162,9 +162,7 @@ def table_main(argv: list[str]) -> None:
         results = [(row, _saved(row)) for row in ROWS if os.path.exists(os.path.join(OUT, f"{row.name}.json"))]
     else:
         with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-            results = list(zip(rows, pool.map(run_row, rows)))
-        results = [(row, _saved(row) if os.path.exists(os.path.join(OUT, f"{row.name}.json")) else r)
-                   for row, r in ((row, dict(r)) for row, r in results)]
+            results = list(zip(rows, pool.map(run_row, rows)))  # each the saved report, or its error
     write_table(table(results))
     print(table(results))
 

@@ -220,7 +220,7 @@ _ROLLOUT_PROGRAMS = ("to_rollout_mesh", "prefill", "decode", "rollout")
 def _program_makers(cfg, model_cfg, mesh, rollout_mesh, state, batch, optimizer, prompt_len):
     """[(name, () -> Lowered)] for the run's programs, in the order a step runs them."""
     replicated = sharding.replicated(mesh)
-    key = jax.ShapeDtypeStruct((), jax.eval_shape(lambda: jax.random.key(0)).dtype, sharding=replicated)
+    key = _key_struct(replicated)
     coef = jax.ShapeDtypeStruct((), jnp.float32, sharding=replicated)
     state_shardings = jax.tree.map(lambda s: s.sharding, state)
     t_len, chunks = cfg.sampling.max_new_tokens, cfg.minibatches * cfg.microbatches
@@ -272,6 +272,11 @@ def reshard_figures(src, dst) -> dict:
     return out
 
 
+def _key_struct(place) -> jax.ShapeDtypeStruct:
+    """A typed PRNG key's abstract value, placed as `place`."""
+    return jax.ShapeDtypeStruct((), jax.eval_shape(lambda: jax.random.key(0)).dtype, sharding=place)
+
+
 def _policy_struct(cfg: TrainConfig, state):
     return update.forward_params(cfg, state.params, state.base)
 
@@ -295,7 +300,7 @@ def _sampler_makers(cfg, model_cfg, mesh, params, prompt_len):
     mask = jax.ShapeDtypeStruct((b, prompt_len), jnp.bool_, sharding=rows)
     ids = jax.ShapeDtypeStruct((b,), jnp.int32, sharding=sharding.batch_sharding(mesh, 1) if rows.spec else rows)
     rep = sharding.replicated(mesh)
-    key = jax.ShapeDtypeStruct((), jax.eval_shape(lambda: jax.random.key(0)).dtype, sharding=rep)
+    key = _key_struct(rep)
     temperature = jax.ShapeDtypeStruct((), jnp.float32, sharding=rep)
     token_temp = (s.token_entropy_floor, s.token_boost, s.token_max_temperature) if s.token_entropy_floor else None
     # decode: one loop over the full P + T cache, the largest of the sampler's chunks (`sampler.decode_chunks`:
