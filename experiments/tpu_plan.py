@@ -50,6 +50,7 @@ class Row:
     topology: str  # aot.topology_name
     mesh: tuple  # --set overrides: the mesh and microbatches recommended for this model and slice
     lora: int = 0  # adapter rank (0 = full fine-tuning)
+    fix: str = ""  # for a row that does not fit: what makes it fit (rows of this table that show it)
 
     @property
     def name(self) -> str:
@@ -75,7 +76,9 @@ ROWS = [
     Row("qwen2.5-0.5b", "v5e-8", _mesh(8, 16), lora=16),
     Row("qwen2.5-1.5b", "v5e-8", _mesh(8, 16)),
     Row("qwen2.5-1.5b", "v5e-8", _mesh(8, 16), lora=16),
-    Row("qwen2.5-7b", "v5e-8", _mesh(8, 16, rollout_tensor=4)),  # 4 KV heads: tensor 4 x data 2 splits the cache
+    Row("qwen2.5-7b", "v5e-8", _mesh(8, 16, rollout_tensor=4),  # 4 KV heads: tensor 4 x data 2 splits the cache
+        fix="the train state (7.1 GiB a chip) and the update's temporaries (11.9 GiB) exceed 16; LoRA on this "
+            "slice fits (row 5), full fine-tuning on v5e-64 fits (row 6)"),
     Row("qwen2.5-7b", "v5e-8", _mesh(8, 16, rollout_tensor=4), lora=16),
     Row("qwen2.5-7b", "v5e-64", _mesh(64, 4, rollout_tensor=4)),
     Row("qwen2.5-7b", "v5e-64", _mesh(64, 4, rollout_tensor=4), lora=16),
@@ -129,7 +132,7 @@ def table(results: list[tuple[Row, dict]]) -> str:
             f"{r['topology']} ({r['chips']}) | "
             f"data {data} x fsdp {m['fsdp']} x tensor {m['tensor']}, {r['work']['microbatches']} microbatches / "
             f"{rollout} | {peak['bytes'] / aot.GIB:.1f} ({peak['program']}) of {peak['capacity'] / aot.GIB:.0f} | "
-            f"{'yes' if peak['fits'] else '**no**'} | {est['step_seconds']:.1f} | "
+            f"{'yes' if peak['fits'] else '**no**' + (': ' + row.fix if row.fix else '')} | {est['step_seconds']:.1f} | "
             f"{est['rollout_tokens_per_s_per_chip']:,.0f} | {100 * est['mfu']:.0f}% | {r['compile_seconds']:.0f} |")
     lines += ["", "Each row's command (`python experiments/tpu_plan.py table --list` prints them):", ""]
     lines += [f"{ROWS.index(row)}. `python experiments/tpu_plan.py {' '.join(row.argv())}`" for row, _ in results]
@@ -155,8 +158,8 @@ def table_main(argv: list[str]) -> None:
     args = ap.parse_args(argv)
     rows = [ROWS[int(i)] for i in args.rows.split(",")] if args.rows else ROWS
     if args.list:
-        for i, row in enumerate(rows):
-            print(i, "python experiments/tpu_plan.py " + " ".join(row.argv()))
+        for row in rows:
+            print(ROWS.index(row), "python experiments/tpu_plan.py " + " ".join(row.argv()))
         return
     if args.summarize_only:
         results = [(row, _saved(row)) for row in ROWS if os.path.exists(os.path.join(OUT, f"{row.name}.json"))]
