@@ -15,7 +15,7 @@ import pytest
 from grpo_jax import presets
 from grpo_jax.cli import load_config
 from grpo_jax.tasks import get_task
-from grpo_jax.train import Trainer
+from grpo_jax.assemble import assemble
 from tests.launchers import load_launcher
 from tests.test_train import ROOT
 from tests.tolerance import EPS64, rounding_tol
@@ -209,16 +209,14 @@ def test_entropy_collapse_smoke(tmp_path):
         assert 0.0 <= run["pass1_t1"] <= run["pass3_t1"] <= 1.0 and 1.0 <= run["distinct_completions"] <= 3.0
     assert sorted(p for p in tmp_path.rglob("*") if p.is_file()) == sorted([*files, tmp_path / "pass_at_k.json"])
     assert all(p.read_bytes() == b for p, b in before.items())
-    # the policy scored is the checkpoint's, not the model the scratch trainer was built with (at smoke scale
-    # both score 0%, so the greedy check above cannot tell them apart)
+    # the policy scored is the checkpoint's, not the model the run's config initialises (at smoke scale both
+    # score 0%, so the greedy check above cannot tell them apart)
     run_dir = str(tmp_path / "none" / "seed0")
-    trainer, params, step = load_launcher("pass_at_k").restore_policy(run_dir, str(tmp_path / "scratch_a"))
-    fresh = Trainer(load_config(os.path.join(run_dir, "config.json")), str(tmp_path / "scratch_b"), quiet=True)
+    _, params, step = load_launcher("pass_at_k").restore_policy(run_dir)
+    fresh = assemble(load_config(os.path.join(run_dir, "config.json")))
     moved = [float(jnp.max(jnp.abs(a - b))) for a, b in zip(jax.tree.leaves(params),
-                                                            jax.tree.leaves(fresh.policy_params()))]
+                                                            jax.tree.leaves(fresh.policy_params(fresh.state)))]
     assert step == 3 and max(moved) > 0, moved
-    trainer.logger.close()
-    fresh.logger.close()
     # --update scores one more arm and keeps the others; a different k is refused
     again = subprocess.run([sys.executable, "experiments/pass_at_k.py", str(tmp_path), "--arms",
                             "fixed_recovery", "--seeds", "0", "--k", "3", "--update"], cwd=ROOT,
