@@ -27,7 +27,8 @@ import numpy as np
 from grpo_jax import presets
 from grpo_jax.cli import for_people
 from grpo_jax.config import TrainConfig, override
-from grpo_jax.study import RECOMPUTE, Arm, last_mean, launch, plot_curves, warm_start_note, write_study
+from grpo_jax.reporting import plot_curves, write_study
+from grpo_jax.study import RECOMPUTE, Arm, last_mean, launch, warm_start_note
 
 STEPS = 200
 EVAL_EVERY = 50

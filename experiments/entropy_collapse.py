@@ -46,7 +46,8 @@ from grpo_jax import presets
 from grpo_jax.cli import for_people
 from grpo_jax.config import TrainConfig, override
 from grpo_jax.evaluation import sampled_k
-from grpo_jax.study import Arm, compare_seeds, launch, plot_curves, plot_pass_at_k, warm_start_note, write_study
+from grpo_jax.reporting import plot_curves, plot_pass_at_k, write_study
+from grpo_jax.study import Arm, compare_seeds, launch, warm_start_note
 
 LR = 4e-4
 LR_LOW = 4e-5  # lower_lr: the cause removed

@@ -14,7 +14,7 @@ each seed's held-out rows. XLA:CPU's float results depend on how many threads it
 splits a matrix product over, and the warm start's hundreds of steps carry such differences into which
 step it stops at: run this under the same `taskset -c N` (one core) as the study was, or its greedy figure
 will differ from the logged step-0 evaluation (a warning says so). Nothing under the run folders is written: each run's
-config.json is read, its model built in a scratch folder, and the newest checkpoint restored read-only.
+config.json is read, its model assembled in memory, and the newest checkpoint restored read-only.
 Writes <study>/pass_at_k.json (with --update: keeping the arms of an earlier one that this call does not
 score) and prints a table.
 """
@@ -32,12 +32,12 @@ import numpy as np
 
 from grpo_jax import checkpoint as ckpt_lib
 from grpo_jax import evaluation, experience, presets
+from grpo_jax.assemble import RunParts, assemble
 from grpo_jax.cli import load_config
 from grpo_jax.config import TrainConfig, from_dict, override
 from grpo_jax.fileio import atomic_write_text
 from grpo_jax.runlog import read_jsonl
 from grpo_jax.study import kept_warm_start
-from grpo_jax.train import Trainer
 
 SAMPLE_KEY = 1234  # the sampling key of every pass@k evaluation (the same draws for every arm)
 
@@ -60,29 +60,23 @@ def sample_scores(actor, params, rows, *, k: int, prompts_per_batch: int = 32) -
             "distinct_completions": float(np.mean(distinct))}
 
 
-def _scratch_trainer(cfg, scratch: str) -> Trainer:
-    return Trainer(override(cfg, ["logging.tensorboard=false", "checkpoint.every=0"]), scratch, quiet=True)
-
-
-def restore_policy(run_dir: str, scratch: str) -> tuple[Trainer, object, int]:
-    """(a trainer built in the folder `scratch` from the config the run's newest checkpoint was written under
-    (a recovery switched on mid-run, e.g. a KL reference, changes the state that config.json describes),
-    holding that checkpoint; its policy params; its step). The run folder is only read."""
+def restore_policy(run_dir: str) -> tuple[RunParts, object, int]:
+    """(the parts of a run of the config the run's newest checkpoint was written under (a recovery switched on
+    mid-run, e.g. a KL reference, changes the state that config.json describes), that checkpoint's policy
+    params, its step). The run folder is only read."""
     with ckpt_lib.Checkpointer(os.path.join(run_dir, "checkpoints")) as ckpt:
         meta = ckpt.read_meta()
-        trainer = _scratch_trainer(from_dict(TrainConfig, meta["config"]), scratch)
-        target = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), trainer.state,
-                              trainer.state_shardings)
-        trainer.state, _, step = ckpt.restore(target, step=meta["step"])
-    return trainer, trainer.policy_params(), step
+        parts = assemble(from_dict(TrainConfig, meta["config"]))
+        state, _, step = ckpt.restore(parts.state_target(), step=meta["step"])
+    return parts, parts.policy_params(state), step
 
 
-def _figures(trainer: Trainer, params, run_dir: str, *, k: int, step: int, pick) -> dict:
-    """sample_scores and the greedy accuracy of `params` on the trainer's held-out rows, beside the run's own
+def _figures(parts: RunParts, params, run_dir: str, *, k: int, step: int, pick) -> dict:
+    """sample_scores and the greedy accuracy of `params` on the run's held-out rows, beside the run's own
     logged evaluation that `pick` (min or max by step) chooses: the first for the warm start, the last for a
     checkpoint."""
-    figures = sample_scores(trainer.actor, params, trainer.eval_rows, k=k)
-    figures["greedy"] = evaluation.evaluate(trainer.actor, params, trainer.eval_rows)["eval/accuracy"]
+    figures = sample_scores(parts.actor, params, parts.eval_rows, k=k)
+    figures["greedy"] = evaluation.evaluate(parts.actor, params, parts.eval_rows)["eval/accuracy"]
     logged = pick((r for r in read_jsonl(os.path.join(run_dir, "metrics.jsonl")) if "eval/accuracy" in r),
                   key=lambda r: r["step"])
     return {**figures, "step": step, "greedy_logged": logged["eval/accuracy"], "greedy_logged_step": logged["step"]}
@@ -91,11 +85,8 @@ def _figures(trainer: Trainer, params, run_dir: str, *, k: int, step: int, pick)
 def score_run(run_dir: str, *, k: int) -> dict:
     """pass@k figures of the newest checkpoint of one finished run, plus its greedy accuracy and the run's
     own last logged evaluation (they must agree)."""
-    with tempfile.TemporaryDirectory() as scratch:
-        trainer, params, step = restore_policy(run_dir, scratch)
-        figures = _figures(trainer, params, run_dir, k=k, step=step, pick=max)
-        trainer.logger.close()
-    return figures
+    parts, params, step = restore_policy(run_dir)
+    return _figures(parts, params, run_dir, k=k, step=step, pick=max)
 
 
 def warm_params(run_dir: str, *, warm_seed: int, smoke: bool):
@@ -112,11 +103,8 @@ def warm_params(run_dir: str, *, warm_seed: int, smoke: bool):
 def score_start(run_dir: str, params, *, k: int) -> dict:
     """The same figures for the warm start `params`, on the held-out rows of the run in `run_dir` (its seed);
     greedy_logged is that run's step-0 evaluation (the warm start's greedy accuracy as the run measured it)."""
-    with tempfile.TemporaryDirectory() as scratch:
-        trainer = _scratch_trainer(load_config(os.path.join(run_dir, "config.json")), scratch)
-        figures = _figures(trainer, params, run_dir, k=k, step=0, pick=min)
-        trainer.logger.close()
-    return figures
+    parts = assemble(load_config(os.path.join(run_dir, "config.json")))
+    return _figures(parts, params, run_dir, k=k, step=0, pick=min)
 
 
 def table(results: dict, k: int) -> str:

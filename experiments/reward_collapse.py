@@ -45,8 +45,8 @@ from grpo_jax import presets
 from grpo_jax.cli import for_people
 from grpo_jax.config import TrainConfig, override
 from grpo_jax.evaluation import sampled_k
-from grpo_jax.study import (Arm, compare_seeds, last_mean, launch, plot_curves, plot_pass_at_k, warm_start_note,
-                             write_study)
+from grpo_jax.reporting import plot_curves, plot_pass_at_k, write_study
+from grpo_jax.study import Arm, compare_seeds, last_mean, launch, warm_start_note
 
 STEPS = 100
 EVAL_EVERY = 50

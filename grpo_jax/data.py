@@ -185,6 +185,11 @@ class PromptStream:
         idx, self.cursor = next_indices(len(self.rows), self.batch_size, self.cursor, seed=self.seed)
         return [self.rows[i] for i in idx], idx
 
+    def take(self, n: int) -> list[Row]:
+        """The next n rows (any n, e.g. a dynamic-sampling round's); advances the cursor as `next` does."""
+        idx, self.cursor = next_indices(len(self.rows), n, self.cursor, seed=self.seed)
+        return [self.rows[i] for i in idx]
+
 
 # ------------------------------------------------------------------------- strata and pass-rate filter
 

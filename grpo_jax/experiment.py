@@ -9,7 +9,7 @@ interrupted and resumed run and the plots.
 `Spec` says what differs between launchers: the title, the default output folder, the warm start's
 settings, the task-specific figures and the targets checked. The report covers the whole run, not one
 process: the warm start's figures come from the segment that made it and the wall time is the sum over
-the segments (`runlog.run_segments`), each one listed.
+the segments (`runfolder.run_segments`), each one listed.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import os
 import time
 from collections.abc import Callable
 
-from grpo_jax import aot, monitor, runlog
+from grpo_jax import aot, monitor, runfolder, runlog
 from grpo_jax.cli import for_people, parse_args
 from grpo_jax.sft import warm_start
 from grpo_jax.train import Trainer, open_trainer
@@ -72,7 +72,7 @@ def run(argv, *, doc: str, get_config, spec: Spec, clock: Clock) -> dict:
     if args.compile_only:
         return aot.compile_only(args, cfg)
     out = args.out if args.out != "runs/grpo" else spec.default_out
-    last_write = runlog.last_write_time(out)  # when an earlier, interrupted process stopped (read before rewriting)
+    last_write = runfolder.last_write_time(out)  # when an earlier, interrupted process stopped (read before rewriting)
     trainer = open_trainer(cfg, out, resume=args.resume, quiet=args.quiet)
     hold = trainer.lock.again() if trainer.lock is not None else None  # the trainer's is released by run()
     try:
@@ -89,7 +89,7 @@ def _train_and_report(trainer: Trainer, args, cfg, out: str, spec: Spec, clock: 
                       last_write: float | None) -> tuple[dict, bool]:
     """The warm start (a fresh run), GRPO, then report.md / report.json; (summary, whether an alarm paused)."""
     first_step = trainer.step
-    runlog.open_segment(trainer.logger.out_dir, step=first_step, started_at=clock.wall, last_write=last_write,
+    runfolder.open_segment(trainer.logger.out_dir, step=first_step, started_at=clock.wall, last_write=last_write,
                         warm_start=first_step == 0)
     sft = _warm_start(trainer, spec.sft(args.smoke), quiet=args.quiet) if first_step == 0 else {}
     paused = trainer.run()["paused"]
@@ -98,9 +98,9 @@ def _train_and_report(trainer: Trainer, args, cfg, out: str, spec: Spec, clock: 
     wall_now = time.perf_counter() - clock.perf  # the plots and report below are not counted
     rows = runlog.read_jsonl(os.path.join(out, "metrics.jsonl"))
     events = runlog.read_jsonl(trainer.logger.path("events"))
-    segments = runlog.run_segments(events)
+    segments = runfolder.run_segments(events)
     if not sft:
-        warm = [e for e in runlog.current_run(events) if e["kind"] == "warm_start"]
+        warm = [e for e in runfolder.current_run(events) if e["kind"] == "warm_start"]
         sft = warm[-1] if warm else {}
     segments.append({"from_step": first_step, "to_step": trainer.step, "wall_seconds": wall_now,
                      "warm_start": first_step == 0, "interrupted": False})
@@ -111,7 +111,7 @@ def _train_and_report(trainer: Trainer, args, cfg, out: str, spec: Spec, clock: 
     sections = [("Targets", "\n".join(f"- [{'x' if ok else ' '}] {text}" for text, ok in checks)),
                 ("Segments (the first process, then each --resume)", segments_section(segments))]
     trainer.report(summary, title=spec.title, sections=sections + ([("Caveat", spec.caveat)] if spec.caveat else []))
-    runlog.close_segment(trainer.logger.out_dir, from_step=first_step, to_step=trainer.step, started_at=clock.wall,
+    runfolder.close_segment(trainer.logger.out_dir, from_step=first_step, to_step=trainer.step, started_at=clock.wall,
                          wall_seconds=wall_now, warm_start=first_step == 0)
     for text, ok in checks:
         print(("PASS " if ok else "MISS ") + text)

@@ -8,7 +8,7 @@ Per seed, one supervised warm start is shared by every arm (same starting policy
 what the arm changes), or with `warm_seed` one warm start is shared by every seed too (seeds then vary only
 the RL: sampling and data order); each arm is then a GRPO run in `<out>/<arm>/seed<k>/` with its own report files.
 `--jobs N` splits the runs over N processes pinned one core each (`job_splits`, `run_jobs`). The study writes
-`<out>/results.json`, `<out>/results.md` and comparison plots under `<out>/plots/` (`write_study`, `plot_curves`).
+`<out>/results.json`, `<out>/results.md` and comparison plots under `<out>/plots/` (`reporting.write_study`, `reporting.plot_curves`).
 """
 
 from __future__ import annotations
@@ -26,13 +26,13 @@ from typing import Any
 
 import flax.serialization
 import numpy as np
-from matplotlib.figure import Figure  # no pyplot: files only, and no global backend switch for the importer
 
 from grpo_jax.cli import parse_args
-from grpo_jax import aot, stats
+from grpo_jax import aot, runlock, stats
+from grpo_jax.assemble import RunParts, assemble
 from grpo_jax.config import TrainConfig, flat_dict, from_dict, override, to_dict
 from grpo_jax.fileio import atomic_write, atomic_write_text
-from grpo_jax.provenance import package_versions, result_provenance, source_digest
+from grpo_jax.provenance import package_versions, source_digest
 from grpo_jax.runlog import read_jsonl
 from grpo_jax.sft import warm_start
 from grpo_jax.train import Trainer
@@ -407,20 +407,21 @@ def kept_warm_start(cfg: TrainConfig, run_dir: str, n_valid: int, sft: dict):
     when processes differ in core count (a one-core and a two-core process train different warm starts).
     Processes wanting the same warm start take turns: the run_dir lock is waited for (up to WARM_START_WAIT
     seconds), so the second one loads what the first trained."""
-    warm = Trainer(override(cfg, ["logging.tensorboard=false"]), run_dir, quiet=True, lock_wait=WARM_START_WAIT)
+    lock = runlock.acquire(run_dir, wait=WARM_START_WAIT)
     try:
-        return _load_or_train_warm_start(warm, cfg, run_dir, n_valid, sft)
+        return _load_or_train_warm_start(assemble(override(cfg, ["logging.tensorboard=false"])), run_dir, n_valid,
+                                         sft)
     finally:
-        warm.logger.close()
-        warm.release_lock()
+        lock.release()
 
 
-def _load_or_train_warm_start(warm: Trainer, cfg: TrainConfig, run_dir: str, n_valid: int, sft: dict):
+def _load_or_train_warm_start(warm: RunParts, run_dir: str, n_valid: int, sft: dict):
     """`kept_warm_start` inside the warm-start folder's lock: load the kept one, or train and keep it."""
-    made_by = json.loads(json.dumps({"config": to_dict(warm.cfg), "sft": sft, "n_valid": n_valid,
+    cfg = warm.cfg
+    made_by = json.loads(json.dumps({"config": to_dict(cfg), "sft": sft, "n_valid": n_valid,
                                      "code": source_digest(), "packages": package_versions()}))
     meta_path, blob_path = (os.path.join(run_dir, f"warm_start.{x}") for x in ("json", "msgpack"))
-    template = warm.policy_params()
+    template = warm.policy_params(warm.state)
     if os.path.exists(meta_path) and os.path.exists(blob_path):
         with open(meta_path) as f:
             meta = json.load(f)
@@ -431,7 +432,7 @@ def _load_or_train_warm_start(warm: Trainer, cfg: TrainConfig, run_dir: str, n_v
             return params, meta["summary"]
         print(f"warm start: {meta_path} was made with other settings; training it again", flush=True)
     valid = warm.task.generate("valid", n_valid, cfg.seed)
-    params, summary = warm_start(warm.actor, template, warm.stream.rows, valid,
+    params, summary = warm_start(warm.actor, template, warm.rows, valid,
                                  solution=warm.task.solutions, seed=cfg.seed, log=(lambda *_: None), **sft)
     blob = flax.serialization.to_bytes(params)
     atomic_write(blob_path, lambda f: f.write(blob))  # the blob first: a json without it is never read
@@ -440,9 +441,6 @@ def _load_or_train_warm_start(warm: Trainer, cfg: TrainConfig, run_dir: str, n_v
 
 
 # ---- paired statistics between arms: per-problem results of the final evaluation (problems.jsonl) -------------
-
-PER_PROBLEM = {"greedy": "greedy accuracy", "t1": "pass@1 at T = 1"}
-
 
 def problem_scores(run_dir: str, metric: str) -> np.ndarray | None:
     """[P] per-problem score of a run's final evaluation: "greedy" (0/1 correct) or "t1" (the fraction of the
@@ -518,176 +516,7 @@ def compare_seeds(results: dict, *, baseline: str, metric: str, arms, null: str 
     return out
 
 
-def seed_comparison_table(comparison: dict, scale: float = 100.0) -> str:
-    """Markdown: `compare_seeds` as a table, differences x `scale` (100: points)."""
-    c, floor = comparison, comparison["noise_floor"]
-    head = (f"`{c['metric']}`, arm - {c['baseline']}, x{scale:g}, paired t-interval over seeds at {100 * c['level']:g}% "
-            f"and at the Bonferroni level {100 * c['adjusted_level']:.2f}% ({c['family']} comparisons)")
-    head += (f"; noise floor (null - {c['baseline']}: {stats.format_ci(floor, scale)}) {scale * floor['floor']:.1f}"
-             if floor else "; no null arm")
-    lines = [head, "", "| arm | seeds | difference [95% CI] | Bonferroni CI | per seed | verdict |",
-             "|---|---|---|---|---|---|"]
-    for arm, e in c["arms"].items():
-        per_seed = ", ".join(f"{scale * d:+.1f}" for d in e["diff"]["per_seed"])
-        adjusted = f"[{scale * e['adjusted']['low']:.1f}, {scale * e['adjusted']['high']:.1f}]"
-        lines.append(f"| {arm} | {len(e['seed_list'])} | {stats.format_ci(e['diff'], scale)} | {adjusted} | "
-                     f"{per_seed} | {e['verdict'] or 'no floor'} |")
-    return "\n".join(lines)
-
-
-def comparison_table(comparison: dict) -> str:
-    """Markdown: each arm's difference to the baseline in points with its 95% CI, McNemar p per seed and the
-    verdict against the noise floor."""
-    if not comparison:
-        return "No per-problem results (problems.jsonl) to compare."
-    floor = comparison["noise_floor"]
-    head = (f"{PER_PROBLEM[comparison['metric']]}, arm - {comparison['baseline']}, points, paired bootstrap 95% CI "
-            f"over {len(comparison['seeds'])} seeds x held-out problems")
-    lines = [head + (f"; noise floor (null arm) {100 * floor['floor']:.1f} points" if floor else "; no null arm"),
-             "", "| arm | difference [95% CI] | McNemar p per seed | verdict |", "|---|---|---|---|"]
-    for arm, e in comparison["arms"].items():
-        p = ", ".join(f"{m['p_value']:.3g}" for m in e.get("mcnemar", [])) or "-"
-        lines.append(f"| {arm} | {stats.format_ci(e['diff'])} | {p} | {e['verdict'] or 'no floor'} |")
-    return "\n".join(lines)
-
-
 def last_mean(rows: list[dict], key: str, n: int | None = 20) -> float:
     """Mean of a metric over the last n steps that report it (None: all of them; nan if none)."""
     values = [r[key] for r in rows if key in r and isinstance(r[key], (int, float))][-n if n else None:]
     return float(np.mean(values)) if values else float("nan")
-
-
-def _num(v: float) -> str:
-    """3 decimals, or 3 significant digits under 0.01 (a gap of 1.7e-3 or 1e-7 is not 0.002 or 0.000)."""
-    return f"{v:.3f}" if v == 0 or not np.isfinite(v) or abs(v) >= 1e-2 else f"{v:.2e}"
-
-
-def table(results: dict, columns: list[str]) -> str:
-    """Markdown table: one row per arm, mean +- std over seeds of each column."""
-    lines = ["| arm | " + " | ".join(columns) + " |", "|---|" + "---|" * len(columns)]
-    for arm, runs in results.items():
-        cells = []
-        for c in columns:
-            v = np.array([r[c] for r in runs], float)
-            cells.append(f"{_num(np.nanmean(v))} +- {_num(np.nanstd(v))}" if len(v) > 1 else _num(v[0]))
-        lines.append(f"| {arm} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
-def plot_curves(out: str, arms, key: str, ylabel: str, name: str, *, log: bool = False) -> str:
-    """One line per arm of a metric against the step: the mean over seeds, with a band of +- one std
-    (log: a log axis, with the geometric mean and a band of x/÷ the geometric std: entropies span decades).
-    Arms past the tenth get dashed lines: the colour cycle has ten colours."""
-    fig = Figure(figsize=(7, 4))
-    ax = fig.subplots()
-    for i, arm in enumerate(arms):
-        curves = []
-        arm_dir = os.path.join(out, arm)
-        for seed_dir in sorted(os.listdir(arm_dir)) if os.path.isdir(arm_dir) else []:
-            path = os.path.join(arm_dir, seed_dir, "metrics.jsonl")
-            if os.path.exists(path):
-                curves.append([(r["step"], r[key]) for r in read_jsonl(path) if isinstance(r.get(key), (int, float))])
-        n = min((len(c) for c in curves), default=0)
-        if n:
-            steps = [s for s, _ in curves[0][:n]]
-            values = np.array([[v for _, v in c[:n]] for c in curves], float)
-            if log:
-                logs = np.log(np.maximum(values, 1e-12))
-                mean, lo, hi = (np.exp(logs.mean(0) + k * logs.std(0)) for k in (0, -1, 1))
-            else:
-                mean, std = values.mean(axis=0), values.std(axis=0)
-                lo, hi = mean - std, mean + std
-            (line,) = ax.plot(steps, mean, label=arm, linestyle="-" if i < 10 else "--")
-            if len(curves) > 1:
-                ax.fill_between(steps, lo, hi, color=line.get_color(), alpha=0.15, linewidth=0)
-    if log:
-        ax.set_yscale("log")
-    ax.set_xlabel("step")
-    ax.set_ylabel(ylabel)
-    return _save_plot(fig, ax, out, name)
-
-
-def _save_plot(fig: Figure, ax, out: str, name: str) -> str:
-    """A study plot's grid and legend, written to <out>/plots/<name>.png; returns the path."""
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    os.makedirs(os.path.join(out, "plots"), exist_ok=True)
-    path = os.path.join(out, "plots", f"{name}.png")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    return path
-
-
-def pass_at_k_curves(run_dir: str) -> dict[int, dict[int, float]]:
-    """{step: {k: held-out pass@k}} of each evaluation of a run that sampled at T = 1 (problems.jsonl rows with
-    `t1_correct`, the correct count of `samples` completions per problem), for k = 1, 2, 4, ... and the
-    sample count itself, by the unbiased estimator (`stats.pass_at_k_curve`)."""
-    path = os.path.join(run_dir, "problems.jsonl")
-    out = {}
-    for r in read_jsonl(path) if os.path.exists(path) else []:
-        if "t1_correct" in r:
-            n = int(r["samples"])
-            ks = sorted({2 ** i for i in range(n.bit_length()) if 2 ** i <= n} | {n})
-            out[int(r["step"])] = stats.pass_at_k_curve(n, np.asarray(r["t1_correct"]), ks)
-    return out
-
-
-def plot_pass_at_k(out: str, arms, seeds, name: str = "pass_at_k") -> str:
-    """pass@k at T = 1 against k (log axis), the mean over `seeds`: one dashed line for the start (the first
-    sampled evaluation of the first arm that has one: the arms of a seed share their warm start and held-out
-    rows) and one solid line per arm at its last sampled evaluation. Seeds without both are left out."""
-    fig = Figure(figsize=(7, 4))
-    ax = fig.subplots()
-
-    def draw(curves: list[dict[int, float]], label: str, **style) -> None:
-        ks = sorted(curves[0])
-        ax.plot(ks, [np.mean([c[k] for c in curves]) for k in ks], marker="o", markersize=3,
-                label=f"{label} ({len(curves)} seeds)", **style)
-
-    start_drawn = False
-    for arm in arms:
-        per_seed = [pass_at_k_curves(os.path.join(out, arm, f"seed{s}")) for s in seeds]
-        per_seed = [c for c in per_seed if len(c) >= 2]
-        if not per_seed:
-            continue
-        if not start_drawn:
-            draw([c[min(c)] for c in per_seed], "start (warm start)", linestyle="--", color="black")
-            start_drawn = True
-        draw([c[max(c)] for c in per_seed], arm, linestyle="-")
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("k (samples per problem at T = 1)")
-    ax.set_ylabel("held-out pass@k")
-    return _save_plot(fig, ax, out, name)
-
-
-def seed_table(results: dict, columns: list[str]) -> str:
-    """Markdown table: one row per (arm, seed) with the raw figures (what the per-seed verdicts compare)."""
-    lines = ["| arm | seed | " + " | ".join(columns) + " |", "|---|---|" + "---|" * len(columns)]
-    for arm, runs in results.items():
-        for r in runs:
-            cells = [_num(r[c]) if isinstance(r.get(c), float) else str(r.get(c)) for c in columns]
-            lines.append(f"| {arm} | {r['seed']} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
-def write_study(out: str, study: dict, *, title: str, columns: list[str], plots: list[str], notes: str,
-                seed_columns: list[str] = (), comparison: dict | None = None,
-                seed_comparisons: list[dict] = ()) -> None:
-    """results.md (notes, mean +- std over seeds per arm, the comparisons, the per-seed figures of
-    `seed_columns`, plots) and results.json, which carries the provenance of the process writing it (commit and
-    dirty state, source digest, packages, command, machine: `provenance.result_provenance`). `comparison`:
-    `compare_arms` (per problem); `seed_comparisons`: `compare_seeds` results (per seed)."""
-    study = {**study, "provenance": result_provenance()}
-    md = [f"# {title}", "", notes, "", table(study["results"], columns), ""]
-    for c in seed_comparisons:
-        md += [seed_comparison_table(c), ""]
-    if seed_comparisons:
-        study["seed_comparisons"] = list(seed_comparisons)
-    if comparison is not None:
-        study["comparison"] = comparison
-        md += [comparison_table(comparison), ""]
-    if seed_columns:
-        md += ["Per seed:", "", seed_table(study["results"], list(seed_columns)), ""]
-    md += [f"![{os.path.basename(p)}](plots/{os.path.basename(p)})" for p in plots]
-    atomic_write_text(os.path.join(out, "results.md"), "\n".join(md) + "\n")
-    atomic_write_text(os.path.join(out, "results.json"), json.dumps(study, indent=2, sort_keys=True, default=float))

@@ -110,8 +110,8 @@ def config_from_hf(hf: dict[str, Any], *, where: str = "config.json") -> ModelCo
         raise CheckpointError(f"{where}: missing field {e.args[0]!r}") from None
 
 
-def config_to_hf(cfg: ModelConfig, base: dict[str, Any] | None = None) -> dict[str, Any]:
-    """A transformers config dict for cfg; `base` (e.g. the original config.json) supplies other fields."""
+def check_hf_writable(cfg: ModelConfig) -> None:
+    """Raise CheckpointError naming the setting when cfg has no Llama/Qwen2/Qwen3/Qwen2-VL checkpoint format."""
     if cfg.module:
         raise CheckpointError(f"model.module={cfg.module!r} is a module of your own: it has no Hugging Face "
                               "mapping (the run's orbax checkpoints hold its parameters)")
@@ -137,6 +137,11 @@ def config_to_hf(cfg: ModelConfig, base: dict[str, Any] | None = None) -> dict[s
         raise CheckpointError(f"a Qwen2-VL checkpoint needs head_dim * n_heads == d_model (transformers derives "
                               f"head_dim from them), got head_dim={cfg.head_dim}, n_heads={cfg.n_heads}, "
                               f"d_model={cfg.d_model}")
+
+
+def config_to_hf(cfg: ModelConfig, base: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A transformers config dict for cfg; `base` (e.g. the original config.json) supplies other fields."""
+    check_hf_writable(cfg)
     rope = {"rope_type": "default", "rope_theta": cfg.rope_theta}
     if cfg.rope_scaling:
         rope.update(rope_type="llama3", **dict(cfg.rope_scaling))

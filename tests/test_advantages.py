@@ -11,6 +11,7 @@ import pytest
 
 from grpo_jax import advantages as adv_lib
 from grpo_jax.config import ADVANTAGE_ESTIMATORS, AdvantageConfig
+from tests.tolerance import EPS32, center_err, group_stats, rounding_tol, zscore_err
 
 ALL = tuple(ADVANTAGE_ESTIMATORS)
 # passk scores thresholded 0/1 outcomes, so the continuous-reward cases below do not apply to it; its
@@ -42,6 +43,81 @@ def run_default(name: str, rewards, weights, valid=None):
     return np.asarray(adv), aux
 
 
+def estimator_err(name: str, rewards, weights, valid=None, **cfg_kw) -> float:
+    """A bound on |float32 advantage - exact advantage| over the valid rows of an estimator, from the float32
+    roundings of its steps (tests/tolerance.center_err / zscore_err, per entry; u = eps / 2): the weighted total
+    sum_k w_k r_k (K products, K - 1 adds: 2K u sum_k |w_k r_k|), the group centring or z-score, rloo's
+    n / (n - 1) (2 u), the batch z-score of gdpo and reinforce_pp_baseline and grpo_batch_std's batch std; gdpo
+    and per_dim fuse per-dimension z-scores (sum_k |w_k| their error + 2K u sum_k |w_k z_k|); passk: passk_err."""
+    cfg = AdvantageConfig(estimator=name, **cfg_kw)
+    ddof, u = cfg.std_ddof, EPS32 / 2
+    r = np.asarray(rewards, np.float64)
+    w = np.asarray(weights, np.float64)
+    ok = np.ones(r.shape[:2], bool) if valid is None else np.asarray(valid, bool)
+    wr = np.where(np.isnan(r), 0.0, r * w)
+    total = np.where(ok, wr.sum(-1), np.nan)
+    total_err = 2 * r.shape[-1] * u * np.abs(wr).sum(-1)
+    flat = lambda x: np.where(ok, x, np.nan).reshape(1, -1)  # noqa: E731  the batch as one group
+    if name == "passk":
+        return passk_err(np.where(ok, total >= cfg.pass_threshold, False), ok, cfg.pass_k)
+    if name == "grpo":
+        err = zscore_err(total, cfg.eps, total_err, ddof)
+    elif name in ("drgrpo", "rloo", "reinforce_pp_baseline", "grpo_batch_std"):
+        centered = np.where(ok, total - np.nanmean(total, -1, keepdims=True), np.nan)
+        err = center_err(total, total_err)
+        if name == "rloo":
+            n = np.sum(ok, -1, keepdims=True)
+            err = (err + 2 * u * np.abs(np.nan_to_num(centered))) * n / np.maximum(n - 1, 1)
+        elif name == "reinforce_pp_baseline":
+            err = zscore_err(flat(centered), cfg.batch_norm_eps, flat(err), ddof)
+        elif name == "grpo_batch_std":  # centred / (batch std + eps): the std as in zscore_err, over all totals
+            _, d, rr, _, _ = group_stats(flat(total), flat(total_err))
+            n = ok.sum()
+            s = np.sqrt((d**2).sum() / max(n - ddof, 1))
+            s_err = rr.max() * np.sqrt(n / max(n - ddof, 1)) + ((n + 1) / 2 + 2) * u * s
+            a = np.abs(np.nan_to_num(centered)) / (s + cfg.batch_norm_eps)
+            err = (err + a * s_err + u * a * (s + cfg.batch_norm_eps)) / (s + cfg.batch_norm_eps)
+    else:
+        assert name in ("gdpo", "per_dim"), name
+        per_k = np.moveaxis(np.where(ok[..., None], r, np.nan), -1, 0)
+        z_err = [zscore_err(x, cfg.eps, 0.0, ddof) for x in per_k]
+        z = []
+        for x in per_k:
+            mean = np.nanmean(x, -1, keepdims=True)
+            n = (~np.isnan(x)).sum(-1, keepdims=True)
+            std = np.sqrt(np.nansum((x - mean) ** 2, -1, keepdims=True) / np.maximum(n - ddof, 1))
+            z.append(np.nan_to_num((x - mean) / (std + cfg.eps)))
+        err = sum(abs(wk) * ek + 2 * len(w) * u * abs(wk) * np.abs(zk) for wk, ek, zk in zip(w, z_err, z))
+        if name == "gdpo":
+            fused = sum(wk * zk for wk, zk in zip(w, z))
+            err = zscore_err(flat(fused), cfg.batch_norm_eps, flat(err), ddof)
+    return float(np.max(np.where(np.isnan(flat(total)), 0.0, np.reshape(err, (1, -1))), initial=0.0))
+
+
+def passk_err(success, valid, k: int) -> float:
+    """A bound on the float32 error of the pass@k advantages (advantages._passk_group) of groups of 0/1 outcomes
+    [B, G] (u = eps / 2): the binomials are exact integers (lgamma, exp and round, n <= a few hundred); their
+    quotients round (u), rho = 1 - q and 1 - rho are off by <= u each, sigma^2 = rho (1 - rho) by <= 3u, so
+    sigma by 3u / (2 sigma) + u sigma; the numerators by <= 3u: A = num / sigma is off by
+    3u / sigma + |A| (3u / (2 sigma^2) + 2u). Degenerate groups are exactly 0 (bound 0)."""
+    import math
+
+    u = EPS32 / 2
+    comb = lambda a, b: math.comb(a, b) if 0 <= b <= a else 0  # noqa: E731
+    worst = 0.0
+    for s_row, v_row in zip(np.asarray(success, bool), np.asarray(valid, bool)):
+        n, c = int(v_row.sum()), int((s_row & v_row).sum())
+        if n < 2 or k > n:
+            continue
+        rho = 1 - comb(n - c, k) / comb(n, k)
+        sigma = math.sqrt(rho * (1 - rho))
+        if sigma == 0:
+            continue
+        a = max(abs(1 - rho), abs(1 - rho - comb(n - c - 1, k - 1) / max(comb(n - 1, k - 1), 1))) / sigma
+        worst = max(worst, 3 * u / sigma + a * (1.5 * u / sigma**2 + 2 * u))
+    return worst
+
+
 # ------------------------------------------------------------------------------------ hand-computed cases
 
 # GDPO paper, G=2, two binary rewards, unit weights. Rows are (r1, r2) of the two rollouts.
@@ -61,9 +137,13 @@ def test_grpo_collapses_gdpo_paper_pairs():
     small = 0.5 / (np.sqrt(0.5) + eps)
     large = 1.0 / (np.sqrt(2.0) + eps)
     np.testing.assert_allclose(adv, [[-small, small], [-large, large], [-small, small]], rtol=1e-6)
-    np.testing.assert_allclose(np.abs(adv), 0.70710678, atol=2e-6)
+    # 1/sqrt(2) (to 8 decimals: 5e-9) less eps's share, 0.5 eps / (sqrt(.5) (sqrt(.5) + eps)) <= eps, and float32
+    tol = eps + 5e-9 + estimator_err("grpo", list(PAIRS.values()), [1.0, 1.0], eps=eps)
+    np.testing.assert_allclose(np.abs(adv), 0.70710678, rtol=0, atol=tol)
     adv0, _ = run("grpo", list(PAIRS.values()), [1.0, 1.0], std_ddof=0)
-    np.testing.assert_allclose(np.abs(adv0), 1.0, atol=1e-5)  # ddof=0: |b-a|/2 / (|b-a|/2) = 1
+    # ddof=0: |b-a|/2 / (|b-a|/2 + eps) = 1 less eps / (std + eps) <= 1e-6 / 0.5 (std >= 0.5), and float32
+    tol = 1e-6 / 0.5 + estimator_err("grpo", list(PAIRS.values()), [1.0, 1.0], std_ddof=0)
+    np.testing.assert_allclose(np.abs(adv0), 1.0, rtol=0, atol=tol)
 
 
 def test_gdpo_distinguishes_gdpo_paper_pairs():
@@ -121,9 +201,11 @@ def test_pos_scale_scales_positive_advantages_only(name):
     if name == "passk":
         r = (r > 0.5).astype(np.float32)
     plain, _ = run(name, r, w)
+    # two float32 programs of the estimator (each within estimator_err of the exact values) and lam x in float32
+    tol = 2 * estimator_err(name, r, w) + rounding_tol(plain, ulps=0.5)
     for lam in (0.0, 0.1):
         scaled, _ = run(name, r, w, pos_scale=lam)
-        np.testing.assert_allclose(scaled, np.where(plain > 0, lam * plain, plain), rtol=1e-6, atol=1e-7)
+        np.testing.assert_allclose(scaled, np.where(plain > 0, lam * plain, plain), rtol=0, atol=tol)
     assert np.any(plain > 0) and np.any(plain < 0) and np.all(plain[0] == 0.0)
     if name == "grpo":
         adv, _ = run("grpo", [[[1.0], [0.0], [0.0], [1.0]]], [1.0], eps=0.0, pos_scale=0.1)
@@ -138,7 +220,8 @@ def test_weighted_sum_and_nan_dims_as_trl_nansum():
     rewards = [[[1.0, 0.0], [np.nan, 1.0], [0.0, np.nan]]]
     adv, aux = run("drgrpo", rewards, [2.0, 1.0])
     np.testing.assert_allclose(aux["scores"][0], [2.0, 1.0, 0.0])
-    np.testing.assert_allclose(adv[0], [1.0, 0.0, -1.0], atol=1e-6)
+    # totals (2, 1, 0) less their mean 1, by hand; float32 within estimator_err
+    np.testing.assert_allclose(adv[0], [1.0, 0.0, -1.0], rtol=0, atol=estimator_err("drgrpo", rewards, [2.0, 1.0]))
 
 
 @pytest.mark.parametrize("name", ALL)
@@ -179,7 +262,9 @@ def test_zero_variance_groups_and_invalid_rows(name):
     valid[:4, :3] = True
     a_compact, aux_compact = run_default(name, compact, [1.0, 0.7])
     a_padded, aux_padded = run_default(name, padded, [1.0, 0.7], valid=jnp.asarray(valid))
-    np.testing.assert_allclose(a_padded[:4, :3], a_compact, atol=1e-6)
+    # two float32 programs (the padded one adds exact zeros for its invalid rows): each within estimator_err
+    tol = 2 * estimator_err(name, compact, [1.0, 0.7])
+    np.testing.assert_allclose(a_padded[:4, :3], a_compact, rtol=0, atol=tol)
     assert np.all(a_padded[:, 3:] == 0.0) and np.all(a_padded[4] == 0.0)
     # The constant group gets exactly 0 (batch estimators must not leak the batch mean into it).
     assert np.all(a_compact[0] == 0.0) and np.any(a_compact[1] != 0.0)
@@ -263,33 +348,44 @@ def random_rewards(seed: int, B=16, G=8, nan_frac=0.0):
 def test_grpo_matches_trl_sum_then_normalize(seed):
     r, w = random_rewards(seed, nan_frac=0.1)
     adv, _ = run("grpo", r, w, eps=1e-4)
-    np.testing.assert_allclose(adv.reshape(-1), np_trl_sum_then_normalize(r.reshape(-1, 3), w, 8), atol=1e-6)
+    # float32 against the float64 peer on the same (float32) rewards: estimator_err (the peer's rounding is ~1e-9 of it)
+    tol = estimator_err("grpo", r, w, eps=1e-4)
+    np.testing.assert_allclose(adv.reshape(-1), np_trl_sum_then_normalize(r.reshape(-1, 3), w, 8), rtol=0, atol=tol)
 
 
 @pytest.mark.parametrize("seed", [0, 1])
 def test_gdpo_matches_trl_normalize_then_sum(seed):
     r, w = random_rewards(seed, nan_frac=0.1)
     adv, _ = run("gdpo", r, w, eps=1e-4, batch_norm_eps=1e-4)
-    np.testing.assert_allclose(adv.reshape(-1), np_trl_normalize_then_sum(r.reshape(-1, 3), w, 8), atol=1e-6)
+    tol = estimator_err("gdpo", r, w, eps=1e-4, batch_norm_eps=1e-4)  # float32 against the float64 peer
+    np.testing.assert_allclose(adv.reshape(-1), np_trl_normalize_then_sum(r.reshape(-1, 3), w, 8), rtol=0, atol=tol)
 
 
 def test_grpo_batch_std_matches_trl_scale_rewards_batch():
     r, w = random_rewards(2)
     adv, _ = run("grpo_batch_std", r, w, batch_norm_eps=1e-4)
-    np.testing.assert_allclose(adv.reshape(-1), np_trl_batch_std(r.reshape(-1, 3), w, 8), atol=1e-6)
+    tol = estimator_err("grpo_batch_std", r, w, batch_norm_eps=1e-4)  # float32 against the float64 peer
+    np.testing.assert_allclose(adv.reshape(-1), np_trl_batch_std(r.reshape(-1, 3), w, 8), rtol=0, atol=tol)
 
 
 @pytest.mark.parametrize("seed", [3, 4])
 def test_matches_verl_grpo_rloo_reinforce_pp_baseline(seed):
     r, w = random_rewards(seed)
     scores = (r * w).sum(-1).reshape(-1)
+    # float32 against the float64 peers on the same (float32) rewards: estimator_err each
     adv, _ = run("grpo", r, w, eps=1e-6)
-    np.testing.assert_allclose(adv.reshape(-1), np_verl_grpo(scores, 8), atol=1e-6)
+    tol = estimator_err("grpo", r, w, eps=1e-6)
+    np.testing.assert_allclose(adv.reshape(-1), np_verl_grpo(scores, 8), rtol=0, atol=tol)
     adv, _ = run("rloo", r, w)
-    np.testing.assert_allclose(adv.reshape(-1), np_verl_rloo(scores, 8), atol=1e-6)
-    # verl puts its 1e-8 inside the sqrt; with batch_norm_eps=0 the two differ by O(1e-8 / var).
+    np.testing.assert_allclose(adv.reshape(-1), np_verl_rloo(scores, 8), rtol=0, atol=estimator_err("rloo", r, w))
+    # verl puts its 1e-8 inside the sqrt; with batch_norm_eps=0 the two differ by x / sqrt(var) - x / sqrt(var +
+    # 1e-8) <= |A| 1e-8 / (2 var), var the peer's Bessel variance of the centred scores.
     adv, _ = run("reinforce_pp_baseline", r, w, batch_norm_eps=0.0)
-    np.testing.assert_allclose(adv.reshape(-1), np_verl_rpp_baseline(scores, 8), atol=1e-6)
+    want = np_verl_rpp_baseline(scores, 8)
+    centred = (scores.reshape(-1, 8) - scores.reshape(-1, 8).mean(1, keepdims=True)).reshape(-1)
+    tol = estimator_err("reinforce_pp_baseline", r, w, batch_norm_eps=0.0) + np.abs(want).max() * 1e-8 / (
+        2 * centred.var(ddof=1))
+    np.testing.assert_allclose(adv.reshape(-1), want, rtol=0, atol=tol)
 
 
 # ------------------------------------------------------------------------------------- jit, vmap, config
@@ -305,7 +401,9 @@ def test_every_estimator_under_jit_and_vmap_matches_eager():
         cfg = AdvantageConfig(estimator=name)
         vmapped = jax.jit(jax.vmap(lambda r_, v_: adv_lib.compute_advantages(r_, w, valid=v_, cfg=cfg)[0]))
         eager = [adv_lib.ESTIMATORS[name](r[i], w, valid=valid[i], cfg=cfg)[0] for i in range(2)]
-        np.testing.assert_allclose(vmapped(r, valid), np.stack(eager), atol=1e-6, err_msg=name)
+        # two float32 programs of the estimator, each within estimator_err of the exact values
+        tol = 2 * max(estimator_err(name, r[i], w, valid[i]) for i in range(2))
+        np.testing.assert_allclose(vmapped(r, valid), np.stack(eager), rtol=0, atol=tol, err_msg=name)
 
 
 def test_registry_is_built_from_the_config_names_and_validation():

@@ -144,7 +144,7 @@ def test_a_config_name_without_an_implementation_fails_the_import(names, module)
 
 def test_reward_spec_errors_from_the_registry_name_the_entry():
     from grpo_jax.tasks import get_task
-    from grpo_jax.train import reward_specs
+    from grpo_jax.build import reward_specs
 
     cfg = override(TrainConfig(), ['rewards.specs=[{"name": "math"}, {"name": "maths", "weight": 2}]'])
     with pytest.raises(ValueError, match=r'rewards\.specs\[1\] = \{"name": "maths", "weight": 2\}: unknown reward '

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 from tensorboardX.proto.event_pb2 import Event, SessionLog
 
-from grpo_jax.runlog import RunLogger, plot_run, read_jsonl, write_report
+from grpo_jax.reporting import plot_run, write_report
+from grpo_jax.runlog import RunLogger, read_jsonl
 
 
 def _strict_json(line: str) -> dict:
@@ -310,7 +311,7 @@ def test_written_files_get_the_umask_modes_and_rewrites_keep_theirs(tmp_path, um
 
 
 def test_set_aside_moves_a_runs_outputs_and_nothing_else(tmp_path):
-    from grpo_jax.runlog import has_step_rows, set_aside
+    from grpo_jax.runfolder import has_step_rows, set_aside
 
     _run(str(tmp_path), range(1, 3))
     (tmp_path / "config.json").write_text("{}")
@@ -326,7 +327,7 @@ def test_set_aside_moves_a_runs_outputs_and_nothing_else(tmp_path):
 
 
 def test_segments_are_summed_across_processes_and_an_interrupted_one_is_estimated(tmp_path):
-    from grpo_jax.runlog import close_segment, open_segment, run_segments
+    from grpo_jax.runfolder import close_segment, open_segment, run_segments
 
     out = str(tmp_path)
     open_segment(out, step=0, started_at=1000.0, last_write=None)

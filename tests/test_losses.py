@@ -13,6 +13,7 @@ from jax.test_util import check_grads
 from grpo_jax import config as config_lib
 from grpo_jax import losses
 from grpo_jax.config import LossConfig
+from tests.tolerance import EPS32, central_difference_tol, rounding_tol, sum_tol
 
 KEY = jax.random.PRNGKey(0)
 MODES = config_lib.AGG_MODES
@@ -63,6 +64,46 @@ def one_token_rows(ratios, advs):
     )
 
 
+# At most this many correctly rounded float32 operations make one per-token value before it is summed (ratio:
+# subtract, exp; a policy loss: clip, products, max; k3: subtract, exp, two subtractions, clamp; beta KL,
+# coef H and their sum; the aggregation weight): what each term carries into the sums below (sum_tol's ops).
+TOKEN_OPS = 16
+
+
+def token_values(cfg: LossConfig, b: dict, key=KEY) -> dict:
+    """The per-token values over the valid tokens that loss_terms adds into its float *_sum metrics (keyed by
+    metric) and "terms", |l| <= |policy loss| + beta |KL| + |H| (entropy_coef <= 1) bounding the numerator's
+    terms: the magnitudes those float32 sums round against (tests/tolerance.sum_tol). The other *_sum metrics
+    count tokens (0/1 values: exact integers in float32)."""
+    m = np.asarray(b["mask"], bool)
+    mask = jnp.asarray(m)
+    logp = jnp.where(mask, jnp.asarray(b["logp"], jnp.float32), 0.0)
+    old = jnp.where(mask, jnp.asarray(b["old_logp"], jnp.float32), 0.0)
+    adv = jnp.where(mask, jnp.asarray(b["advantages"], jnp.float32)[:, None], 0.0)
+    pg, maps = losses.POLICY_LOSSES[cfg.policy_loss](cfg, logp=logp, old_logp=old, adv=adv, mask=mask, key=key)
+    out = {"pg_loss_sum": pg, "ppo_kl_sum": logp - old, "ratio_sum": maps["ratio"]}
+    if "ref_logp" in b:
+        ref = jnp.where(mask, jnp.asarray(b["ref_logp"], jnp.float32), 0.0)
+        out["kl_sum"] = losses.kl_estimate(logp, ref, estimator=cfg.kl_estimator,
+                                           log_ratio_clamp=cfg.log_ratio_clamp, kl_clamp=cfg.kl_clamp)
+    if "entropies" in b:
+        out["entropy_sum"] = jnp.asarray(b["entropies"], jnp.float32)
+    out = {k: np.abs(np.asarray(v, np.float64))[m] for k, v in out.items()}
+    out["terms"] = out["pg_loss_sum"] + cfg.beta * out.get("kl_sum", 0.0) + out.get("entropy_sum", 0.0)
+    return out
+
+
+def metric_tol(name: str, value, values: dict) -> float:
+    """How far two float32 computations of metric `name` (another summation order: microbatches merged,
+    jit(vmap) against eager) may differ: twice sum_tol of the per-token values it sums; a ratio min / max is one
+    per-token value (<= TOKEN_OPS roundings of eps/2 a side); token counts are exact."""
+    if name in values:
+        return 2 * sum_tol(values[name], ops=TOKEN_OPS)
+    if name.endswith(("_min", "_max")):
+        return rounding_tol(value, ulps=TOKEN_OPS)
+    return 0.0
+
+
 def random_batch(seed: int, N=6, T=5):
     rng = np.random.default_rng(seed)
     lengths = np.array([5, 3, 1, 0, 4, 2, 5, 3][:N])  # row 3 is an all-masked padding row
@@ -99,7 +140,9 @@ def test_ratio_one_gradient_is_reinforce():
     }
     for mode, (weight, den) in expected_weight_den.items():
         expected = -np.asarray(b["advantages"])[:, None] * m * weight / den
-        np.testing.assert_allclose(grads[mode][3], expected, atol=1e-6, err_msg=mode)
+        # float32 against the float64 formula: <= 4 roundings a element (the weight, 1 / den, two products;
+        # rho = exp(0) = 1 exactly), eps/2 each: 4 ulps of the largest is 2x room
+        np.testing.assert_allclose(grads[mode][3], expected, rtol=0, atol=rounding_tol(expected, ulps=4), err_msg=mode)
 
 
 def test_ppo_clip_sign_convention():
@@ -115,7 +158,9 @@ def test_ppo_clip_sign_convention():
     cfg = LossConfig(agg_mode="token-mean")
     num, den, metrics, grad = run(cfg, b)
     np.testing.assert_allclose([num, den], [3.0, 6.0], rtol=1e-6)
-    np.testing.assert_allclose(grad[:, 0], np.array([0.0, -1.1, -0.7, 0.0, 1.8, 2.6]) / 6, atol=1e-6)
+    # expected from the table above; float32 ratio, log, exp, / 6: <= 4 roundings of eps/2, 4 ulps is 2x room
+    expected = np.array([0.0, -1.1, -0.7, 0.0, 1.8, 2.6]) / 6
+    np.testing.assert_allclose(grad[:, 0], expected, rtol=0, atol=rounding_tol(expected, ulps=4))
     assert float(metrics["clip_frac_high_sum"]) == 1.0 and float(metrics["clip_frac_low_sum"]) == 1.0
 
 
@@ -124,7 +169,8 @@ def test_clip_higher():
     b = one_token_rows([1.25], [1.0])
     for eps_high, expected in ((0.2, 0.0), (0.28, -1.25)):
         grad = run(LossConfig(eps_high=eps_high, agg_mode="token-mean"), b)[3]
-        np.testing.assert_allclose(grad[0, 0], expected, atol=1e-6)
+        # clipped: exactly 0 (the constant branch); else -rho = -exp(log 1.25) in float32: <= 3 roundings
+        np.testing.assert_allclose(grad[0, 0], expected, rtol=0, atol=rounding_tol(expected, ulps=4))
 
 
 def test_dual_clip():
@@ -135,10 +181,11 @@ def test_dual_clip():
     b = one_token_rows([4.0, 2.0, 4.0], [-1.0, -1.0, 1.0])
     num, _, metrics, grad = run(LossConfig(dual_clip_c=3.0, agg_mode="seq-mean-token-sum"), b)
     np.testing.assert_allclose(num, 3.0 + 2.0 - 1.2, rtol=1e-6)
-    np.testing.assert_allclose(grad[:, 0], np.array([0, 2, 0]) / 3, atol=1e-6)
+    # expected from the cases above: exp(log rho) and / 3 in float32, <= 4 roundings of eps/2 (2x room)
+    np.testing.assert_allclose(grad[:, 0], np.array([0, 2, 0]) / 3, rtol=0, atol=rounding_tol(2 / 3, ulps=4))
     assert float(metrics["clip_frac_dual_sum"]) == 1.0
     grad_off = run(LossConfig(agg_mode="seq-mean-token-sum"), b)[3]
-    np.testing.assert_allclose(grad_off[:, 0], np.array([4, 2, 0]) / 3, atol=1e-5)
+    np.testing.assert_allclose(grad_off[:, 0], np.array([4, 2, 0]) / 3, rtol=0, atol=rounding_tol(4 / 3, ulps=4))
 
 
 # ------------------------------------------------------------------------------------------- aggregation
@@ -175,10 +222,14 @@ def test_microbatches_equal_full_batch():
         np.testing.assert_allclose(sum(p[0] for p in split) / den_total, num / den, rtol=1e-6, err_msg=mode)
         # run_modes returns d(num_m / den_m) / d logp_m; rescale to d(num_m / den_total) / d logp_m.
         grad_split = jnp.concatenate([p[3] * p[1] / den_total for p in split])
-        np.testing.assert_allclose(grad_split, grad, atol=1e-7, err_msg=mode)
+        # each element is the same per-token chain (<= TOKEN_OPS roundings of eps/2 a side) and the split
+        # side rescales it (two more): 2 * TOKEN_OPS + 2 roundings of eps/2 ~ TOKEN_OPS + 1 ulps of the largest
+        np.testing.assert_allclose(grad_split, grad, rtol=0, atol=rounding_tol(grad, ulps=TOKEN_OPS + 1), err_msg=mode)
         merged = losses.merge_metrics(split[0][2], split[1][2])
-        for name in metrics:
-            np.testing.assert_allclose(merged[name], metrics[name], rtol=1e-5, atol=1e-6, err_msg=name)
+        values = token_values(LossConfig(agg_mode=mode, **cfg_kw), b)
+        for name in metrics:  # the same per-token values, summed per microbatch then merged
+            tol = metric_tol(name, metrics[name], values)
+            np.testing.assert_allclose(merged[name], metrics[name], rtol=0, atol=tol, err_msg=name)
 
 
 # ---------------------------------------------------------------------------------------------------- KL
@@ -220,7 +271,13 @@ def test_gradient_matches_finite_differences():
         num, den, _ = losses.loss_terms(cfg, logp=logp, entropies=entropies, entropy_coef=0.05, key=KEY, **rest)
         return num / den
 
-    check_grads(f, (b["logp"], b["entropies"]), order=1, modes=("rev",), eps=1e-2, atol=2e-3, rtol=2e-3)
+    def value_err(logp, entropies):  # f = num / den in float32: its sum of terms (den = 5 rows, exact) and the /
+        terms = token_values(cfg, {**rest, "logp": logp, "entropies": entropies})["terms"]
+        return sum_tol(terms, ops=TOKEN_OPS + 1) / 5
+
+    args = (b["logp"], b["entropies"])
+    tol = central_difference_tol(f, args, 1e-2, value_err)
+    check_grads(f, args, order=1, modes=("rev",), eps=1e-2, atol=tol, rtol=0)
 
 
 # --------------------------------------------------------------------------------------------------- GSPO
@@ -235,7 +292,10 @@ def test_gspo_sequence_ratio_and_clipping():
     b = dict(logp=logp, old_logp=jnp.zeros_like(logp), advantages=jnp.array([1.0, -1.0]),
              mask=jnp.array([[1, 1], [1, 0]], bool))
     num, den, m, _ = run(cfg, b)
-    np.testing.assert_allclose(num / den, (-(1 + 4e-4) + (1 - 3e-4)) / 2, atol=1e-7)
+    # the two row values of ~1 cancel to -3.5e-4: each carries <= 3 roundings (1 + eps in float32, the row
+    # mean, the sum), so the sum is off by sum_tol of the two (ops 3), / den 2 (exact)
+    rows = np.array([-(1 + 4e-4), 1 - 3e-4])
+    np.testing.assert_allclose(num / den, rows.sum() / 2, rtol=0, atol=sum_tol(rows, ops=3) / 2)
     np.testing.assert_allclose([m["ratio_max"], m["ratio_min"]], [np.exp(0.2), np.exp(-0.2)], rtol=1e-6)
     assert float(m["clip_frac_high_sum"]) == 2.0 and float(m["clip_frac_low_sum"]) == 1.0
 
@@ -253,9 +313,13 @@ def test_gspo_token_equals_gspo_for_sequence_advantages():
     lengths = np.maximum(m.sum(1), 1)
     s = np.exp((np.asarray(b["logp"] - b["old_logp"]) * m).sum(1) / lengths)
     expected = -np.asarray(b["advantages"]) * s / lengths / (m.sum(1) > 0).sum()
-    np.testing.assert_allclose(out["gspo"][1], expected[:, None] * m, atol=1e-6)
+    # float32 against the float64 formula: the row's log-ratio sum (<= 5 adds of |log rho| < 0.5 each: an
+    # absolute error in the exponent below 5 eps/2), / |o_i|, exp, x A, / |o_i|, / S: <= 10 roundings of eps/2,
+    # 8 ulps of the largest is 1.6x room
+    np.testing.assert_allclose(out["gspo"][1], expected[:, None] * m, rtol=0, atol=rounding_tol(expected, ulps=8))
     np.testing.assert_allclose(out["gspo_token"][0], out["gspo"][0], rtol=1e-6)
-    np.testing.assert_allclose(out["gspo_token"][1], out["gspo"][1], atol=1e-6)
+    # two float32 programs of that chain: twice the 10 roundings, 16 ulps is 1.6x room
+    np.testing.assert_allclose(out["gspo_token"][1], out["gspo"][1], rtol=0, atol=rounding_tol(expected, ulps=16))
 
 
 # ------------------------------------------------------------------------------------ Clip-Cov and KL-Cov
@@ -298,7 +362,10 @@ def test_kl_cov_penalises_top_covariance_tokens():
              mask=jnp.ones((1, 6), bool))
     for ratio, n_sel in ((2e-4, 1), (0.34, 2)):
         num, _, m, grad = run(LossConfig(policy_loss="kl_cov", kl_cov_ratio=ratio, agg_mode="token-mean"), b)
-        np.testing.assert_allclose(num, 0.1 * n_sel, atol=1e-6)
+        # sum_t -A_t rho_t (0 exactly only for one rho; each rho_t = exp(logp_t - old_t) carries the rounding
+        # of old = logp - 0.1, up to |logp| 3.5 eps/2, and of the exp and the product: ops 6) + 0.1 per token kept
+        terms = np.concatenate([3.0 * np.exp(0.1) * np.array([1, 1 / 3, 0, 0, 1 / 3, 1]), np.full(n_sel, 0.1)])
+        np.testing.assert_allclose(num, 0.1 * n_sel, rtol=0, atol=sum_tol(terms, ops=6))
         assert float(m["cov_selected_sum"]) == n_sel
     # With k = 0.34, d/d logp at token 0 (selected): -A rho + sign(log rho) = -3 e^0.1 + 1; at token 5
     # (selected, A = -3): 3 e^0.1 + 1; at token 1 (not selected): -e^0.1. Token-mean over 6.
@@ -354,7 +421,8 @@ def test_entropy_bonus_gradient_and_traced_coefficient():
 
     m = np.asarray(b["mask"], np.float32)
     for coef in (0.0, 0.01, 0.05):
-        np.testing.assert_allclose(grad_h(jnp.float32(coef)), -coef * m, atol=1e-7)
+        # -coef M exactly up to float32(coef) (one rounding of eps/2; coef 0 gives exactly 0): 1 ulp, 2x room
+        np.testing.assert_allclose(grad_h(jnp.float32(coef)), -coef * m, rtol=0, atol=rounding_tol(coef, ulps=1))
 
 
 # ------------------------------------------------------------------------------------ jit, vmap, config
@@ -374,10 +442,15 @@ def test_every_loss_under_jit_and_vmap_matches_eager():
         vmapped = jax.jit(jax.vmap(lambda b, k: call(key=k, **b)))(stacked, keys)
         for i, (b, k) in enumerate(zip(batches, keys)):
             num, den, metrics = call(key=k, **b)
-            np.testing.assert_allclose([vmapped[0][i], vmapped[1][i]], [num, den], rtol=1e-5, atol=1e-6)
+            # the same per-token values in another fusion and summation order: twice sum_tol of |l| (den: a
+            # count, exact)
+            values = token_values(cfg, b, key=k)
+            np.testing.assert_allclose(vmapped[0][i], num, rtol=0, atol=2 * sum_tol(values["terms"], ops=TOKEN_OPS))
+            np.testing.assert_array_equal(vmapped[1][i], den)
             for m in metrics:
                 got = vmapped[2][m][i]
-                np.testing.assert_allclose(got, metrics[m], rtol=1e-5, atol=1e-6, err_msg=f"{name} {m}")
+                tol = metric_tol(m, metrics[m], values)
+                np.testing.assert_allclose(got, metrics[m], rtol=0, atol=tol, err_msg=f"{name} {m}")
 
 
 def test_register_refuses_a_loss_the_config_does_not_list_or_a_name_twice():

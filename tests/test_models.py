@@ -12,6 +12,7 @@ import torch
 import models
 from models import rope
 from models.rope import text_positions
+from tests.tolerance import EPS32, forward_tol
 
 VARIANTS = {
     "rope": models.tiny(),
@@ -63,13 +64,14 @@ def test_left_padding_invariance(name):
     padded = jnp.concatenate([jnp.full((1, 3), 17), seq], axis=1)
     mask = np.array([[0, 0, 0, 1, 1, 1, 1, 1, 1]])
     out, _ = models.forward(cfg, params, padded, _positions(cfg, text_positions(mask)), attn_mask=jnp.asarray(mask))
-    np.testing.assert_allclose(np.asarray(out[:, 3:]), np.asarray(alone), atol=1e-5)
+    # the padded row sums over more (masked) keys: float32 rounding only, relative to the logits (tests/tolerance.py)
+    np.testing.assert_allclose(np.asarray(out[:, 3:]), np.asarray(alone), atol=forward_tol(alone, cfg))
 
 
 @pytest.mark.parametrize("name", list(VARIANTS))
 def test_prefill_then_cached_decode_equals_full_forward(name):
     """Left-padded prompts of different lengths, prefilled into a cache, then one token at a time: every
-    logit equals one full forward over the whole sequence (<= 1e-5, float32)."""
+    logit equals one full forward over the whole sequence, to float32 rounding (tests/tolerance.py)."""
     cfg, params = _setup(name)
     b, prompt_len, new, max_len = 2, 5, 6, 16
     tokens = jax.random.randint(jax.random.key(3), (b, prompt_len + new), 0, cfg.vocab_size)
@@ -88,7 +90,7 @@ def test_prefill_then_cached_decode_equals_full_forward(name):
         outs.append(logits)
     cached = np.concatenate([np.asarray(o) for o in outs], axis=1)
     real = mask.astype(bool)
-    assert np.abs(cached - np.asarray(full))[real].max() <= 1e-5
+    assert np.abs(cached - np.asarray(full))[real].max() <= forward_tol(np.asarray(full)[real], cfg)
     assert np.asarray(cache["end_index"]).tolist() == [prompt_len + new] * b
     assert step._cache_size() == 2  # one prefill shape, one decode shape
 
@@ -115,7 +117,8 @@ def test_cache_grown_between_steps_gives_the_same_logits():
 
     fixed, _ = decode(models.init_cache(cfg, b, 10, aligned=True), {})
     grown, cache = decode(models.init_cache(cfg, b, prompt_len, aligned=True), {4: 7, 7: 10})
-    np.testing.assert_allclose(grown, fixed, atol=1e-5)  # summation order differs with the cache length
+    # summation order differs with the cache length: float32 rounding only, relative to the logits
+    np.testing.assert_allclose(grown, fixed, atol=forward_tol(fixed, cfg))
     assert cache["mask"].shape == (b, 10) and cache["layers"][0]["k"].shape[-1] == 10
     with pytest.raises(ValueError, match="max_len"):
         models.grow_cache(cache, 8)
@@ -135,11 +138,33 @@ def test_block_causal_attention_equals_dense_on_every_real_query():
     mask = jnp.tril(jnp.ones((t, t), bool))[None] & jnp.asarray(valid)[:, None, :]
     dense = jax.nn.dot_product_attention(q, k, v, mask=mask[:, None])
     blocked = causal_attention(q, k, v, mask, block=4)
-    np.testing.assert_allclose(np.asarray(blocked)[valid], np.asarray(dense)[valid], atol=1e-5)
+    # Two float32 computations of the same sums (the blocked one leaves out keys that are masked: exact zeros),
+    # bounded as forward_tol bounds two forwards: a sum of K terms is off by K eps of the terms' magnitude. A
+    # score q.k / sqrt(d) sums d products: off by d eps |s|max, which moves the softmax weights by 2x that
+    # relative; the max, exp, the sum over <= t keys, the division and the weighted sum of t values add t + 4.
+    # The output is a weighted mean of the values: K_o eps max|v| with K_o = 2 d |s|max + t + 4.
+    d = q.shape[-1]
+    qn, kn, vn = (np.asarray(x, np.float64) for x in (q, np.repeat(k, 2, axis=2), np.repeat(v, 2, axis=2)))
+    scores = np.where(np.asarray(mask)[:, None], np.einsum("bind,bjnd->bnij", qn, kn) / np.sqrt(d), -np.inf)
+    k_out = 2 * d * np.abs(scores[np.isfinite(scores)]).max() + t + 4
+    np.testing.assert_allclose(np.asarray(blocked)[valid], np.asarray(dense)[valid], rtol=0,
+                               atol=k_out * EPS32 * np.abs(vn).max())
     grads = [jax.grad(lambda q_, f=f: jnp.sum(jnp.where(jnp.asarray(valid)[:, :, None, None], f(q_), 0.0) ** 2))(q)
              for f in (lambda q_: causal_attention(q_, k, v, mask, block=4),
                        lambda q_: jax.nn.dot_product_attention(q_, k, v, mask=mask[:, None]))]
-    np.testing.assert_allclose(np.asarray(grads[0]), np.asarray(grads[1]), atol=1e-4)
+    # d/dq = sum_j p_ij (a_ij - abar_i) k_j / sqrt(d), a_ij = g_i . v_j, g_i = 2 o_i (0 on padding queries): its
+    # terms' magnitude T = max sum_j p_ij (|a_ij| + |abar_i|) |k_j| / sqrt(d) (float64 here); along a term's chain
+    # the forward's K_o, a's d products, abar's t, the subtraction, product and scale (3) and the sum over t keys:
+    # K_g = K_o + d + 2t + 3, eps of T.
+    with np.errstate(invalid="ignore"):  # padding queries (no key): g = 0 there
+        p = np.exp(scores - scores.max(-1, keepdims=True))
+        p = np.nan_to_num(p / p.sum(-1, keepdims=True))
+    g = 2 * np.einsum("bnij,bjnd->bind", p, vn) * valid[:, :, None, None]
+    a = np.einsum("bind,bjnd->bnij", g, vn)
+    abar = (p * a).sum(-1, keepdims=True)
+    terms = np.einsum("bnij,bjnd->bind", p * (np.abs(a) + np.abs(abar)), np.abs(kn)) / np.sqrt(d)
+    k_grad = k_out + d + 2 * t + 3
+    np.testing.assert_allclose(np.asarray(grads[0]), np.asarray(grads[1]), rtol=0, atol=k_grad * EPS32 * terms.max())
 
 
 def test_forward_compiles_once_per_shape():
@@ -171,6 +196,14 @@ def test_bf16_params_keep_float32_logits():
 
 # ---------------------------------------------------------------- RoPE against transformers' layouts
 
+def _rope_tol(pos) -> float:
+    """Two float32 computations (ours, transformers') of cos / sin(pos theta^(-2i / d)): on each side the inverse
+    frequency (a power and a division: 3 roundings of eps/2) times pos (1 more) is off by 4 eps/2 of the angle,
+    whose magnitude is at most max|pos| (the inverse frequencies are <= 1); cos / sin add 2 eps/2 (their
+    rounding and their implementation). Both sides: (4 max|pos| + 2) eps."""
+    return (4 * float(np.abs(pos).max()) + 2) * EPS32
+
+
 def test_rope2d_matches_qwen2_vl_vision_rotary():
     from transformers.models.qwen2_vl.configuration_qwen2_vl import Qwen2VLVisionConfig
     from transformers.models.qwen2_vl.modeling_qwen2_vl import Qwen2VLVisionRotaryEmbedding
@@ -182,8 +215,9 @@ def test_rope2d_matches_qwen2_vl_vision_rotary():
     ref_cos, ref_sin = Qwen2VLVisionRotaryEmbedding(vcfg)(torch.zeros(1), torch.as_tensor(pos.T))
     cfg = models.tiny(rope_kind="rope2d", head_dim=head_dim)
     cos, sin = rope.rope_cos_sin(cfg, jnp.asarray(pos[:, None, :]))  # B = 1
-    np.testing.assert_allclose(np.asarray(cos[0]), ref_cos.numpy(), atol=1e-6)
-    np.testing.assert_allclose(np.asarray(sin[0]), ref_sin.numpy(), atol=1e-6)
+    tol = _rope_tol(pos)
+    np.testing.assert_allclose(np.asarray(cos[0]), ref_cos.numpy(), rtol=0, atol=tol)
+    np.testing.assert_allclose(np.asarray(sin[0]), ref_sin.numpy(), rtol=0, atol=tol)
 
 
 def test_vision_patch_positions_match_transformers():
@@ -217,8 +251,9 @@ def test_mrope_layout_matches_transformers(interleaved):
     pos = np.random.RandomState(0).randint(0, 50, (3, 2, 7))
     ref_cos, ref_sin = Emb(hf_cfg)(torch.zeros(1, dtype=torch.float32), torch.as_tensor(pos))
     cos, sin = rope.rope_cos_sin(cfg, jnp.asarray(pos))
-    np.testing.assert_allclose(np.asarray(cos), ref_cos.numpy(), atol=1e-5)
-    np.testing.assert_allclose(np.asarray(sin), ref_sin.numpy(), atol=1e-5)
+    tol = _rope_tol(pos)
+    np.testing.assert_allclose(np.asarray(cos), ref_cos.numpy(), rtol=0, atol=tol)
+    np.testing.assert_allclose(np.asarray(sin), ref_sin.numpy(), rtol=0, atol=tol)
 
 
 def test_interleaved_axis_assignment():

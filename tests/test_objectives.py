@@ -18,7 +18,8 @@ from jax.test_util import check_grads
 
 from grpo_jax import diagnostics, losses
 from grpo_jax.config import LossConfig, SamplingConfig, TrainConfig
-from tests.test_losses import KEY, run
+from tests.test_losses import KEY, TOKEN_OPS, run
+from tests.tolerance import EPS64, central_difference_tol, gap_tols, rounding_tol, sum_tol
 
 N, T = 6, 5
 LOSSES = ("cispo", "sapo", "gmpo", "dppo_tv", "dppo_kl")
@@ -197,6 +198,14 @@ def np_aggregate(per_token, mask, mode):
     return ((per_token * mask).sum(-1) / np.maximum(n, 1)).sum(), float((n > 0).sum())
 
 
+def np_terms(per_token, mask, mode):
+    """The terms np_aggregate's numerator adds, over the valid tokens (each with its row weight 1 / |o_i| under
+    seq-mean-token-mean): the magnitudes the float32 numerator rounds against (tests/tolerance.sum_tol)."""
+    if mode == "token-mean":
+        return (per_token * mask)[mask]
+    return (per_token * mask / np.maximum(mask.sum(-1, keepdims=True), 1))[mask]
+
+
 def fd_grad(f, x, h=1e-6):
     """Central finite differences of the scalar float64 function f at x (every entry)."""
     g = np.zeros_like(x)
@@ -207,14 +216,32 @@ def fd_grad(f, x, h=1e-6):
     return g
 
 
+def peer_value_tol(f, lp) -> float:
+    """The float32 numerator against the float64 peer's on the same (float32) inputs: only the float32 side
+    rounds, within sum_tol of the peer's terms, each made by <= TOKEN_OPS roundings (the log-ratio's
+    subtraction counting up to |log rho| < 2.5 of them)."""
+    return sum_tol(f(lp, terms=True), ops=TOKEN_OPS)
+
+
+def peer_grad_tol(f, lp, den, p_grad, h=1e-6) -> float:
+    """The float32 gradient against float64 central differences of the peer (fd_grad, step h): each float32
+    element carries <= TOKEN_OPS roundings of eps/2 (TOKEN_OPS / 2 ulps of the largest); a difference quotient is
+    off by the float64 rounding of the two values, 2 e_f / (2 h) with e_f = sum_tol of the peer's terms / den,
+    and by the truncation h^2 / 6 |f^(3)| ~ 1e-12 |f^(3)|, orders below both (f is smooth within h of lp)."""
+    return rounding_tol(p_grad, ulps=TOKEN_OPS / 2) + sum_tol(f(lp, terms=True), ops=TOKEN_OPS, eps=EPS64) / den / h
+
+
 def peer_loss(name: str, h: dict):
-    """(f(lp) -> (num, den) of the peer loss, with everything but lp fixed at the batch) for a policy loss."""
+    """(f(lp) -> (num, den) of the peer loss, with everything but lp fixed at the batch) for a policy loss;
+    f(lp, terms=True): the terms its numerator adds (np_terms; gmpo: the rows' losses)."""
     cfg = LOSS_CFG[name]
     old, adv, mask, lp0 = h["old_logp"], h["adv"], h["mask"], h["logp"]
     if name == "gmpo":
-        def f(lp):
+        def f(lp, terms=False):
             seq = peer_gmpo_seq(lp, old, adv, mask, clip_low=cfg.eps_low, clip_high=cfg.eps_high)
             nonempty = mask.sum(-1) > 0
+            if terms:
+                return seq[nonempty]
             return seq[nonempty].sum(), float(nonempty.sum())  # verl: torch.mean over the (non-empty) rows
         return f
     per_token = {
@@ -223,21 +250,21 @@ def peer_loss(name: str, h: dict):
         "dppo_tv": lambda lp: peer_dppo_tv(lp, lp0, old, adv, mask_low=cfg.eps_low, mask_high=cfg.eps_high),
         "dppo_kl": lambda lp: peer_dppo_kl(lp, lp0, old, adv, delta_low=cfg.eps_low, delta_high=cfg.eps_high),
     }[name]
-    return lambda lp: np_aggregate(per_token(lp) * mask, mask, cfg.agg_mode)
+    return lambda lp, terms=False: (np_terms if terms else np_aggregate)(per_token(lp) * mask, mask, cfg.agg_mode)
 
 
 def peer_corrected(cfg: LossConfig, h: dict):
     """f(lp) -> (num, den): PPO x peer correction weight (+ beta k3 x exp(lp - sampler) with kl_is, TRL
-    use_bias_correction_kl's coef_1, live)."""
+    use_bias_correction_kl's coef_1, live); f(lp, terms=True): the terms its numerator adds (np_terms)."""
     old, adv, mask, lp0, sampler = h["old_logp"], h["adv"], h["mask"], h["logp"], h["sampler_logp"]
     w = peer_correction_weight(cfg, lp0, old, sampler, adv, mask)
 
-    def f(lp):
+    def f(lp, terms=False):
         per_token = w * peer_ppo(lp, old, adv, eps_low=cfg.eps_low, eps_high=cfg.eps_high)
         if cfg.beta > 0:
             kl = peer_k3(lp, h["ref_logp"])
             per_token = per_token + cfg.beta * kl * (np.exp(lp - sampler) if cfg.kl_is else 1.0)
-        return np_aggregate(per_token * mask, mask, cfg.agg_mode)
+        return (np_terms if terms else np_aggregate)(per_token * mask, mask, cfg.agg_mode)
 
     return f, w
 
@@ -256,7 +283,8 @@ def test_cispo_hand_values():
     # token-mean over 5 tokens.
     ratios, advs = np.array([6.0, 2.0, 0.5, 6.0, 0.5]), np.array([1.0, 1.0, 1.0, -2.0, -2.0])
     w, lp = np.array([5.0, 2.0, 0.5, 5.0, 0.5]), -2.0 + np.log(ratios)
-    np.testing.assert_allclose(-w * advs * lp, [1.0412, 2.6137, 1.3466, -2.0824, -2.6931], atol=1e-4)
+    # the table's values are printed to 4 decimals: within half a unit of the 4th, 5e-5
+    np.testing.assert_allclose(-w * advs * lp, [1.0412, 2.6137, 1.3466, -2.0824, -2.6931], rtol=0, atol=5e-5)
     num, den, m, grad = run(LOSS_CFG["cispo"], one_token(ratios, advs, old=-2.0))
     np.testing.assert_allclose([num, den], [np.sum(-w * advs * lp), 5.0], rtol=1e-5)
     np.testing.assert_allclose(grad[:5, 0], np.array([-5.0, -2.0, -0.5, 10.0, 1.0]) / 5, rtol=1e-5)
@@ -276,7 +304,8 @@ def test_sapo_hand_values():
     tau = np.where(advs > 0, 1.0, 1.05)
     s = sigmoid(tau * (ratios - 1))
     value, g = -advs * 4 / tau * s, -advs * 4 * s * (1 - s) * ratios
-    np.testing.assert_allclose(g, [-1, 1, -1.410, -0.470, 2.333, 2.802], atol=2e-3)
+    # the table's gradients are printed to 3 decimals: within half a unit of the 3rd, 5e-4
+    np.testing.assert_allclose(g, [-1, 1, -1.410, -0.470, 2.333, 2.802], rtol=0, atol=5e-4)
     num, den, _, grad = run(LOSS_CFG["sapo"], one_token(ratios, advs))  # 6 one-token rows: den 6
     np.testing.assert_allclose([num, den], [value.sum(), 6.0], rtol=1e-5)
     np.testing.assert_allclose(value[:2], [-2.0, 2 / 1.05], rtol=1e-6)
@@ -301,7 +330,9 @@ def test_gmpo_hand_values():
     num, den, m, grad = run(LOSS_CFG["gmpo"], make_batch(old + lr, old, [1.0, -1.0, 2.0, 1.0], mask))
     np.testing.assert_allclose([num, den], [l.sum(), 4.0], rtol=1e-5)
     expected = np.array([[0, l[0] / 2], [l[1] / 2, 0], [l[2] / 2, l[2] / 2], [0, 0]]) / 4
-    np.testing.assert_allclose(grad[:4, :2], expected, atol=1e-6)
+    # float32 against the formulas: logp = old + lr rounded (|logp| < 1.6: the log-ratio off by < 1.6 eps/2),
+    # subtract, clip, the 2-token sum, / |o_i|, exp, x A, / |o_i|, / 4: <= 10 roundings of eps/2; 8 ulps is 1.6x room
+    np.testing.assert_allclose(grad[:4, :2], expected, rtol=0, atol=rounding_tol(expected, ulps=8))
     # clip_frac counts tokens outside [-0.4, 0.4] by the sign of A (verl pg_clipfrac / pg_clipfrac_lower).
     assert float(m["clip_frac_high_sum"]) == 3.0 and float(m["clip_frac_low_sum"]) == 2.0
 
@@ -327,7 +358,9 @@ def test_dppo_hand_values():
         num, den, m, grad = run(LOSS_CFG[name], make_batch(np.log(p), old, advs, mask))
         loss = np.array(loss)
         np.testing.assert_allclose([num, den], [loss.sum(), 7.0], rtol=1e-5, err_msg=name)
-        np.testing.assert_allclose(grad[:4, :2], loss / 7, rtol=1e-5, atol=1e-7, err_msg=name)
+        # float32 log p and log p_old (|log| <= 4.6: their difference off by <= 7 eps/2), exp, x A, / 7: <= 10
+        # roundings of eps/2 against the hand values; 8 ulps of the largest is 1.6x room
+        np.testing.assert_allclose(grad[:4, :2], loss / 7, rtol=0, atol=rounding_tol(loss / 7, ulps=8), err_msg=name)
         assert np.all((np.asarray(grad[:4, :2]) == 0) == (loss == 0)), name  # dropped: exactly no gradient
         assert float(m["clip_frac_high_sum"]) == 1.0 and float(m["clip_frac_low_sum"]) == 1.0, name
 
@@ -347,11 +380,13 @@ def test_policy_losses_match_peers(name):
         f = peer_loss(name, h)
         p_num, p_den = f(h["logp"])
         if name != "dppo_kl":
-            np.testing.assert_allclose([num, den], [p_num, p_den], rtol=2e-5, atol=1e-6, err_msg=f"{name} {seed}")
+            np.testing.assert_allclose(num, p_num, rtol=0, atol=peer_value_tol(f, h["logp"]), err_msg=f"{name} {seed}")
+            np.testing.assert_array_equal(den, p_den, err_msg=f"{name} {seed}")  # a count
         else:
             assert np.exp(h["logp"] - h["old_logp"]).max() < 10.0  # below the peer's C: same gradient
         p_grad = fd_grad(lambda lp, f=f, p_den=p_den: f(lp)[0] / p_den, h["logp"])
-        np.testing.assert_allclose(grad, p_grad, rtol=1e-4, atol=1e-6, err_msg=f"{name} {seed}")
+        tol = peer_grad_tol(f, h["logp"], p_den, p_grad)
+        np.testing.assert_allclose(grad, p_grad, rtol=0, atol=tol, err_msg=f"{name} {seed}")
         # How many valid tokens sit beyond a clip / trust-region boundary (checked below: the test is not vacuous).
         cfg, ratio = LOSS_CFG[name], np.exp(h["logp"] - h["old_logp"])
         beyond = {
@@ -376,9 +411,11 @@ def test_corrections_match_peers(corr):
         num, den, _, grad = run(cfg, b)
         f, w = peer_corrected(cfg, h)
         p_num, p_den = f(h["logp"])
-        np.testing.assert_allclose([num, den], [p_num, p_den], rtol=2e-5, atol=1e-6, err_msg=f"{corr} {seed}")
+        np.testing.assert_allclose(num, p_num, rtol=0, atol=peer_value_tol(f, h["logp"]), err_msg=f"{corr} {seed}")
+        np.testing.assert_array_equal(den, p_den, err_msg=f"{corr} {seed}")  # a count
         p_grad = fd_grad(lambda lp, f=f, p_den=p_den: f(lp)[0] / p_den, h["logp"])
-        np.testing.assert_allclose(grad, p_grad, rtol=1e-4, atol=1e-6, err_msg=f"{corr} {seed}")
+        tol = peer_grad_tol(f, h["logp"], p_den, p_grad)
+        np.testing.assert_allclose(grad, p_grad, rtol=0, atol=tol, err_msg=f"{corr} {seed}")
         acted += int(((w != 1) & h["mask"]).sum())
     if corr != "kl_is":
         assert acted > 0, corr  # the correction changed some weight: the comparison is not vacuous
@@ -419,7 +456,26 @@ def test_gradients_match_finite_differences():
     b_gmpo = make_batch(np.asarray(base["old_logp"]) + gmpo_lr, base["old_logp"], base["advantages"], base["mask"])
     args = (base["logp"], base["logp"], b_gmpo["logp"], base["logp"], kw(base), kw(base), kw(b_gmpo), kw(base))
     f = lambda *lps: _fd_losses(*lps, *args[4:], lr_cispo)
-    check_grads(f, args[:4], order=1, modes=("rev",), eps=1e-2, atol=2e-3, rtol=2e-3)
+
+    def value_err(lp_cispo, lp_sapo, lp_gmpo, lp_kl):
+        """Each loss's float32 rounding at that point: sum_tol of its peer's terms (TOKEN_OPS roundings each) /
+        den, and the / den."""
+        errs = []
+        for name, b in (("cispo", {**base, "logp": lp_cispo, "old_logp": lp_cispo - np.asarray(lr_cispo)}),
+                        ("sapo", {**base, "logp": lp_sapo}), ("gmpo", {**b_gmpo, "logp": lp_gmpo})):
+            h = host(b)
+            peer = peer_loss(name, h)
+            errs.append(sum_tol(peer(h["logp"], terms=True), ops=TOKEN_OPS + 1) / peer(h["logp"])[1])
+        h = host({**base, "logp": lp_kl})  # sapo + 0.3 k3 exp(lp - sampler), seq-mean-token-mean as sapo's
+        sapo = peer_loss("sapo", h)
+        kl = np_terms(0.3 * peer_k3(h["logp"], h["ref_logp"]) * np.exp(h["logp"] - h["sampler_logp"]), h["mask"],
+                      "seq-mean-token-mean")
+        terms = np.concatenate([sapo(h["logp"], terms=True), kl])
+        errs.append(sum_tol(terms, ops=TOKEN_OPS + 1) / sapo(h["logp"])[1])
+        return np.array(errs)
+
+    tol = central_difference_tol(f, args[:4], 1e-2, value_err)
+    check_grads(f, args[:4], order=1, modes=("rev",), eps=1e-2, atol=tol, rtol=0)
 
 
 # ------------------------------------------------------------------------------------------- 4. identities
@@ -462,7 +518,9 @@ def test_kl_is_on_policy():
     np.testing.assert_array_equal([num, den], [num0, den0])
     k3 = peer_k3(h["logp"], h["ref_logp"]) * h["mask"]
     assert k3.max() > 1e-3
-    np.testing.assert_allclose(np.asarray(grad) - np.asarray(grad0), 0.1 * k3 / float(den), atol=1e-7)
+    # two float32 gradients (<= TOKEN_OPS roundings of eps/2 a element each) whose difference is the k3 term
+    tol = rounding_tol([grad, grad0], ulps=TOKEN_OPS)
+    np.testing.assert_allclose(np.asarray(grad) - np.asarray(grad0), 0.1 * k3 / float(den), rtol=0, atol=tol)
     np.testing.assert_array_equal(m["kl_sum"], m0["kl_sum"])
 
 
@@ -509,8 +567,12 @@ def test_seq_mask_drops_whole_rows():
     old = np.full_like(log_rho, -1.0)
     b = make_batch(old, old, [1.0, 1.0, -1.0, -1.0], sampler_logp=old - log_rho)
     num, den, m, grad = run(CORR_CFG["seq_mask"], b)
-    np.testing.assert_allclose([num, den], [0.0, 4.0], atol=1e-6)
-    np.testing.assert_allclose(grad[:4, :2], [[0, 0], [-1 / 8, -1 / 8], [0, 0], [1 / 8, 1 / 8]], atol=1e-7)
+    # num: the row means -1 and +1 (ratio exp(0), the product, the mean: <= 3 roundings each) cancel; den a count
+    np.testing.assert_allclose(num, 0.0, rtol=0, atol=sum_tol([1.0, 1.0], ops=3))
+    np.testing.assert_array_equal(den, 4.0)
+    # -A / 2 / 4 from the table: <= 4 roundings of eps/2 (exact here: powers of 2), 4 ulps is 2x room
+    np.testing.assert_allclose(grad[:4, :2], [[0, 0], [-1 / 8, -1 / 8], [0, 0], [1 / 8, 1 / 8]], rtol=0,
+                               atol=rounding_tol(1 / 8, ulps=4))
     np.testing.assert_allclose(finalize(m)["seq_masked"], 0.5, rtol=1e-6)
 
 
@@ -553,7 +615,10 @@ def test_correction_metrics_compose():
     expected = {"tis_capped": 0.1, "icepop_masked": 0.1, "seq_masked": 0.2, "opsm_masked": 0.2,
                 "is_weight": w.sum() / 10, "num_tokens": 10.0}
     np.testing.assert_allclose([m[k] for k in expected], list(expected.values()), rtol=1e-6)
-    np.testing.assert_allclose(grad[:5, :2], -advs[:, None] * w / 10, rtol=1e-6, atol=1e-8)
+    # w from the table: float32 sampler = old - log rho (|.| < 2: rho off by < 2 eps/2), old - sampler, exp, the
+    # cap, x A, / 10: <= 6 roundings of eps/2; 4 ulps of the largest is 1.3x room (the masked ones are exactly 0)
+    expected = -advs[:, None] * w / 10
+    np.testing.assert_allclose(grad[:5, :2], expected, rtol=0, atol=rounding_tol(expected, ulps=4))
     np.testing.assert_allclose([num, den], [np.sum(-advs[:, None] * w), 10.0], rtol=1e-6)
 
 
@@ -584,8 +649,9 @@ def test_sampler_trainer_gap_matches_numpy():
         "gap/seq_out_frac": seq_out,
     }
     assert set(got) == set(expected)
+    tols = gap_tols(trainer, sampler, mask)  # float32 against the float64 definitions, per metric
     for k, v in expected.items():
-        np.testing.assert_allclose(got[k], v, rtol=2e-5, atol=1e-7, err_msg=k)
+        np.testing.assert_allclose(got[k], v, rtol=0, atol=tols[k], err_msg=k)
     assert 0 < token_out < 1 and 0 < seq_out < 1 and seq_out != token_out
     same = {k: float(v) for k, v in _gap(jnp.asarray(trainer), jnp.asarray(trainer), jnp.asarray(mask), bound).items()}
     assert same == {"gap/abs_logp": 0.0, "gap/kl": 0.0, "gap/ratio_max": 1.0, "gap/ratio_min": 1.0,

@@ -12,6 +12,13 @@ import pytest
 
 from grpo_jax import advantages as adv_lib
 from grpo_jax.config import AdvantageConfig
+from tests.test_advantages import estimator_err, passk_err
+
+
+def _err(outcomes, k, valid=None):
+    """The float32 error bound of one group's pass@k advantages (tests/test_advantages.passk_err)."""
+    valid = np.ones(len(outcomes), bool) if valid is None else np.asarray(valid, bool)
+    return passk_err(np.asarray([outcomes]) == 1, valid[None], k)
 
 
 def _passk(outcomes, k, valid=None):
@@ -53,7 +60,8 @@ def _reference(outcomes, k):
 ])
 def test_hand_cases_for_a_group_of_four(outcomes, k, expected):
     adv, zero_var = _passk(outcomes, k)
-    np.testing.assert_allclose(adv, expected, atol=1e-5)
+    # the closed forms above (float64) against float32: passk_err (0 for the degenerate groups: exactly 0)
+    np.testing.assert_allclose(adv, expected, rtol=0, atol=_err(outcomes, k))
     assert zero_var == (not any(expected))
 
 
@@ -66,7 +74,7 @@ def test_matches_the_formula_on_random_groups():
             for _ in range(5):
                 outcomes = (rng.random(g) < rng.random()).astype(int).tolist()
                 adv, _ = _passk(outcomes, k)
-                np.testing.assert_allclose(adv, _reference(outcomes, k), rtol=1e-4, atol=1e-5,
+                np.testing.assert_allclose(adv, _reference(outcomes, k), rtol=0, atol=_err(outcomes, k),
                                            err_msg=f"G={g} k={k} {outcomes}")
 
 
@@ -76,7 +84,10 @@ def test_k1_is_grpo_with_the_population_std_on_binary_outcomes():
     w = jnp.ones(1)
     passk, _ = adv_lib.compute_advantages(r, w, cfg=AdvantageConfig(estimator="passk", pass_k=1))
     grpo, _ = adv_lib.compute_advantages(r, w, cfg=AdvantageConfig(estimator="grpo", std_ddof=0, eps=0.0))
-    np.testing.assert_allclose(np.asarray(passk), np.asarray(grpo), atol=1e-5)
+    # two float32 computations of (r - p) / sqrt(p (1 - p)), each within its bound of the exact value
+    tol = passk_err(np.asarray(r[..., 0]) == 1, np.ones(r.shape[:2], bool), 1) + estimator_err(
+        "grpo", r, w, std_ddof=0, eps=0.0)
+    np.testing.assert_allclose(np.asarray(passk), np.asarray(grpo), rtol=0, atol=tol)
 
 
 def test_larger_k_penalises_failures_less_in_groups_that_already_pass():
@@ -90,12 +101,12 @@ def test_larger_k_penalises_failures_less_in_groups_that_already_pass():
 def test_invalid_rows_are_left_out_and_threshold_uses_the_weighted_total():
     # rows 2-3 invalid: the group is [1, 0] (n = 2, k = 1: A = +1, -1)
     adv, _ = _passk([1, 0, 1, 1], 1, valid=[True, True, False, False])
-    np.testing.assert_allclose(adv, [1.0, -1.0, 0.0, 0.0], atol=1e-5)
+    np.testing.assert_allclose(adv, [1.0, -1.0, 0.0, 0.0], rtol=0, atol=_err([1, 0, 1, 1], 1, [1, 1, 0, 0]))
     # correctness weight 1 plus format weight 0.1: totals 1.1 / 0.1 / 1.0 / 0.0 -> successes at >= 1.0
     r = jnp.asarray([[[1, 1], [0, 1], [1, 0], [0, 0]]], jnp.float32)
     adv2, _ = adv_lib.compute_advantages(r, jnp.asarray([1.0, 0.1]),
                                          cfg=AdvantageConfig(estimator="passk", pass_k=1))
-    np.testing.assert_allclose(np.asarray(adv2[0]), [1.0, -1.0, 1.0, -1.0], atol=1e-5)
+    np.testing.assert_allclose(np.asarray(adv2[0]), [1.0, -1.0, 1.0, -1.0], rtol=0, atol=_err([1, 0, 1, 0], 1))
 
 
 def test_pass_k_must_be_a_positive_int():
@@ -111,4 +122,5 @@ def test_singleton_groups_and_garbage_in_invalid_rows_give_zero():
     r = jnp.asarray([[[1.0], [0.0], [np.nan], [1e6]]], jnp.float32)
     cfg = AdvantageConfig(estimator="passk", pass_k=1)
     adv2, _ = adv_lib.compute_advantages(r, jnp.ones(1), valid=jnp.asarray([[True, True, False, False]]), cfg=cfg)
-    np.testing.assert_allclose(np.asarray(adv2[0]), [1.0, -1.0, 0.0, 0.0], atol=1e-5)
+    np.testing.assert_allclose(np.asarray(adv2[0]), [1.0, -1.0, 0.0, 0.0], rtol=0,
+                               atol=_err([1, 0, 0, 1], 1, [1, 1, 0, 0]))

@@ -76,7 +76,7 @@ def test_off_policy_rollouts_are_the_previous_params_and_their_update_is_the_off
     batch (the rollout's tokens, old logprobs teacher-forced under step k - 1's params) reproduces."""
     cfg = signal_config("steps=4", OFF, "checkpoint.every=0", "sampling.temperature=1.0")
     tr = train.Trainer(cfg, str(tmp_path / "run"), quiet=True)
-    hand_step = jax.jit(update.make_train_step(tr.actor.model_cfg, cfg, tr.optimizer))
+    hand_step = jax.jit(update.make_train_step(tr.actor.model_cfg, cfg, tr.parts.optimizer))
     history, lags = [_copy(tr.state.params)], []
     for k in range(cfg.steps):
         state_before = jax.tree.map(lambda x: x.copy(), tr.state)  # the trainer's step donates its state
@@ -189,7 +189,8 @@ def _children(pid: int) -> list[int]:
 
 def test_a_killed_sandbox_worker_scores_its_row_killed_and_nothing_hangs():
     """The code reward's sandbox process is killed (SIGKILL, from outside) while the host scores: that one
-    completion scores 0 with reason `killed` within seconds (its limit is 60 s), and the others score."""
+    completion scores 0 with reason `killed`, not `timeout` (its limit is 60 s: the host did not wait it out),
+    and the others score. No bound on the elapsed time, which a loaded machine stretches: the reason shows it."""
     from grpo_jax.rewards import RewardSpec, evaluate
 
     good = SLEEPER.replace("import time\ntime.sleep(60)\n", "")
@@ -214,12 +215,11 @@ def test_a_killed_sandbox_worker_scores_its_row_killed_and_nothing_hangs():
     import threading
 
     thread = threading.Thread(target=killer)
-    t0 = time.perf_counter()
     thread.start()
     r, infos = evaluate(specs, [SLEEPER], [CODE_ROW])
     result["done"] = True
     thread.join()
-    assert "killed" in result and time.perf_counter() - t0 < 30
+    assert "killed" in result
     assert r[0, 0] == 0.0 and infos["per_response"][0]["code"]["reason"] == "killed"
     r, _ = evaluate(specs, [good], [CODE_ROW])  # the pool of the next call works as before
     assert r[0, 0] == 1.0

@@ -18,6 +18,7 @@ from grpo_jax import config as train_config
 from grpo_jax import sampler, train, update
 from models import hf, layers
 from models.config import REMAT_MODES
+from tests.tolerance import rounding_tol
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -61,12 +62,17 @@ def test_remat_gives_the_same_loss_and_gradients(mode, t):
     cfg, params = _setup()
     loss0, grads0 = _value_and_grad(cfg, params, t)
     loss1, grads1 = _value_and_grad(cfg.replace(remat=mode), params, t)
-    assert abs(float(loss1) - float(loss0)) <= 1e-6
+    # the same sums in another fusion: rounding only, relative to the magnitudes involved (tests/tolerance.py). The
+    # loss is a mean of per-token logprobs weighted by |w| <= 1 (and a 0.01 entropy term): its terms are at most
+    # the largest |logprob|, which bounds it however much the signs of w cancel in the mean.
+    tokens, mask = _batch(cfg, t=t)
+    logp, _ = update.completion_logprobs(cfg, params, tokens, mask, t // 2, 0.9)
+    assert abs(float(loss1) - float(loss0)) <= rounding_tol(logp)
     flat0, tree0 = jax.tree.flatten_with_path(grads0)
     flat1, tree1 = jax.tree.flatten_with_path(grads1)
     assert tree0 == tree1
     worst = {jax.tree_util.keystr(k): float(jnp.max(jnp.abs(a - b))) for (k, a), (_, b) in zip(flat0, flat1)}
-    assert max(worst.values()) <= 1e-6, sorted(worst.items(), key=lambda kv: -kv[1])[:3]
+    assert max(worst.values()) <= rounding_tol(grads0), sorted(worst.items(), key=lambda kv: -kv[1])[:3]
     norms = [float(jnp.linalg.norm(g)) for _, g in flat0]
     assert max(norms) > 1e-3  # the comparison is not between two zero gradients
     layer_norms = [float(jnp.linalg.norm(g["qkv"])) for g in grads0["layers"]]
@@ -183,18 +189,22 @@ def test_model_remat_reaches_the_trainer_and_leaves_its_step_unchanged(tmp_path)
     gives grad_norm > 0) has the same loss and gradient norm as without it, and the same params measured
     against the update: the recomputed forward sums in another order, and Adam turns that noise on an element
     whose gradient is ~0 into a visible fraction of a step (1e-6 on one of 4,096 elements on some CPUs)."""
-    from tests.test_train import _assert_same_update, signal_config
+    from tests.test_train import _assert_same_update, signal_config, step_tols
 
     out = {}
     for mode in ("none", "full"):
         tr = train.Trainer(signal_config("steps=1", f"model.remat={mode}"), str(tmp_path / mode), quiet=True)
         assert tr.actor.model_cfg.remat == mode
         initial = [np.asarray(x) for x in jax.tree.leaves(tr.state.params)]
-        metrics = tr.step_once().metrics
+        params = jax.tree.map(np.asarray, tr.policy_params())  # a copy: the step donates the state
+        step = tr.step_once()
+        metrics = step.metrics
         assert metrics["grad_norm"] > 0
         out[mode] = (metrics, initial, [np.asarray(x) for x in jax.tree.leaves(tr.state.params)])
+        if mode == "none":
+            loss_tol, _ = step_tols(tr, params, step)  # the same step in another float32 program
     (m0, i0, p0), (m1, i1, p1) = out["none"], out["full"]
-    np.testing.assert_allclose(m1["loss"], m0["loss"], atol=1e-6)
+    np.testing.assert_allclose(m1["loss"], m0["loss"], rtol=0, atol=loss_tol)
     np.testing.assert_allclose(m1["grad_norm"], m0["grad_norm"], rtol=1e-5)
     for a, b in zip(i1, i0):  # the same start, so the comparison below is of the updates
         np.testing.assert_array_equal(a, b)

@@ -9,7 +9,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import warnings
 
 import pytest
@@ -34,14 +33,18 @@ def _holder(out, seconds: float) -> subprocess.Popen:
     return proc
 
 
-def test_a_second_process_is_refused_naming_the_holder_and_a_dead_holders_lock_is_taken_over(tmp_path):
-    holder = _holder(tmp_path, 60)
+def test_a_second_process_is_refused_naming_the_holder_and_a_dead_holders_lock_is_taken_over(tmp_path, monkeypatch):
+    holder = _holder(tmp_path, 3600)  # holds until it is killed below
+    tries = []
     try:
-        t0 = time.perf_counter()
-        with pytest.raises(runlock.RunLocked, match=rf"in use by another run: pid {holder.pid} on host "
-                                                    rf"{socket.gethostname()} .*run.lock"):
-            runlock.acquire(str(tmp_path))
-        assert time.perf_counter() - t0 < 2  # refused at once, not after the holder ends
+        with monkeypatch.context() as patch:
+            patch.setattr(runlock, "_try_lock", lambda path, _try=runlock._try_lock: tries.append(path) or _try(path))
+            with pytest.raises(runlock.RunLocked, match=rf"in use by another run: pid {holder.pid} on host "
+                                                        rf"{socket.gethostname()} .*run.lock"):
+                runlock.acquire(str(tmp_path))
+        # refused at once: after one try at the lock, no retry, while the holder still holds it. A count, where a
+        # bound on the elapsed time fails on a loaded machine.
+        assert len(tries) == 1 and holder.poll() is None
     finally:
         os.kill(holder.pid, signal.SIGKILL)  # as kill -9 leaves it: the file stays, the flock goes
         holder.wait()

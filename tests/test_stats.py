@@ -14,6 +14,7 @@ import pytest
 from scipy.stats import binomtest
 
 from grpo_jax import stats
+from tests.tolerance import EPS64, rounding_tol
 
 
 # ---------------------------------------------------------------------------------------------------- pass@k
@@ -25,13 +26,27 @@ def _enumerated_pass_at_k(n: int, c: int, k: int) -> float:
     return sum(any(i < c for i in s) for s in subsets) / len(subsets)
 
 
+def _product_form_tol(n: int, c: int, k: int) -> float:
+    """How far stats.pass_at_k's float64 1 - prod_{i = n-c+1}^{n} (1 - k / i) may be from the exact pass@k, and
+    from a reference rounded once (u = eps64 / 2): each factor carries the rounding of k / i amplified to
+    k / (i - k) of itself and its own subtraction's, the product one per factor, 1 - q one and the reference one.
+    n - c < k gives exactly 1."""
+    u = EPS64 / 2
+    if n - c < k:
+        return u
+    i = np.arange(n - c + 1, n + 1, dtype=np.float64)
+    q = float(np.prod(1 - k / i))
+    return u * (q * float(np.sum(k / (i - k) + 2)) + 2)
+
+
 def test_pass_at_k_matches_enumeration_for_every_small_case():
     # every n <= 8, every c in 0..n (c = 0 and c = n included), every k in 1..n (k = n included)
     for n in range(1, 9):
         for c in range(n + 1):
             for k in range(1, n + 1):
                 expected = _enumerated_pass_at_k(n, c, k)
-                assert stats.pass_at_k(n, c, k) == pytest.approx(expected, abs=1e-12), (n, c, k)
+                tol = _product_form_tol(n, c, k)
+                assert stats.pass_at_k(n, c, k) == pytest.approx(expected, abs=tol), (n, c, k)
     # the edge values by hand: c = 0 never passes, c = n always does, k = n passes iff c > 0
     assert stats.pass_at_k(5, 0, 3) == 0.0 and stats.pass_at_k(5, 5, 3) == 1.0
     assert stats.pass_at_k(4, 1, 4) == 1.0 and stats.pass_at_k(4, 0, 4) == 0.0
@@ -44,7 +59,7 @@ def test_pass_at_k_is_stable_for_large_n():
     # 1 - C(n - c, k) / C(n, k) in rational arithmetic
     for c, k in [(1, 1), (3, 10), (50, 500), (900, 100), (0, 1000), (1, 1000)]:
         exact = 1 - Fraction(math.comb(1000 - c, k), math.comb(1000, k))
-        assert stats.pass_at_k(1000, c, k) == pytest.approx(float(exact), rel=1e-10, abs=1e-12), (c, k)
+        assert stats.pass_at_k(1000, c, k) == pytest.approx(float(exact), abs=_product_form_tol(1000, c, k)), (c, k)
 
 
 def test_pass_at_k_vectorised_over_problems_with_different_n():
@@ -53,13 +68,15 @@ def test_pass_at_k_vectorised_over_problems_with_different_n():
     out = stats.pass_at_k(n, c, 1)
     assert isinstance(out, np.ndarray) and out.dtype == np.float64 and out.shape == (7,)
     # pass@1 = c / n exactly (1 - (n - c)/n)
-    np.testing.assert_allclose(out, c / n, atol=1e-15)
+    tol = lambda k: max(_product_form_tol(*t, k) for t in zip(n, c))  # noqa: E731
+    np.testing.assert_allclose(out, c / n, rtol=0, atol=tol(1))
     for k in (1, 2, 3):
         np.testing.assert_allclose(stats.pass_at_k(n, c, k), [_enumerated_pass_at_k(*t, k) for t in zip(n, c)],
-                                   atol=1e-12)
+                                   rtol=0, atol=tol(k))
     # scalars give a float; a scalar n broadcasts over an array of c, and 2-d input keeps its shape
     assert isinstance(stats.pass_at_k(4, 1, 2), float)
-    np.testing.assert_allclose(stats.pass_at_k(4, np.array([0, 1, 4]), 2), [0.0, 0.5, 1.0], atol=1e-15)
+    np.testing.assert_allclose(stats.pass_at_k(4, np.array([0, 1, 4]), 2), [0.0, 0.5, 1.0], rtol=0,
+                               atol=max(_product_form_tol(4, c_, 2) for c_ in (0, 1, 4)))
     assert stats.pass_at_k(np.full((2, 3), 4), np.ones((2, 3), int), 2).shape == (2, 3)
 
 
@@ -98,7 +115,9 @@ def test_bootstrap_matches_the_normal_approximation_with_one_seed():
     normal_half = 1.96 * d.std(ddof=1) / math.sqrt(d.size)
     assert (ci["high"] - ci["low"]) / 2 == pytest.approx(normal_half, rel=0.10)
     assert ci["low"] < ci["diff"] < ci["high"]
-    assert ci["diff"] == pytest.approx(b.mean() - a.mean(), abs=1e-15)
+    # the mean of d = b - a (an exact integer sum, one rounding) against two rounded means and their difference:
+    # 4 roundings of eps64/2 of the largest mean
+    assert ci["diff"] == pytest.approx(b.mean() - a.mean(), abs=rounding_tol([a.mean(), b.mean()], ulps=2, eps=EPS64))
     assert (ci["seeds"], ci["problems"], ci["n_boot"], ci["level"]) == (1, 4000, 10_000, 0.95)
     # the pairing matters on this data: resampling the arms independently would give a half-width of
     # 1.96 * sqrt(var a + var b) / sqrt(P), more than twice as wide, so a broken pairing fails the check above
@@ -136,7 +155,9 @@ def test_seed_level_sees_trajectory_noise():
     b = (rng.random((4, 500)) < 0.5 + offsets).astype(float)
     two_level = stats.paired_bootstrap_ci(a, b, n_boot=2000)
     problems_only = stats.paired_bootstrap_ci(a.mean(0, keepdims=True), b.mean(0, keepdims=True), n_boot=2000)
-    assert two_level["diff"] == pytest.approx(problems_only["diff"], abs=1e-12)
+    # both are one rounding of the same exact mean (sums of 0/1 and of quarters are exact): eps64/2 each
+    assert two_level["diff"] == pytest.approx(problems_only["diff"], abs=rounding_tol(two_level["diff"], ulps=1,
+                                                                                     eps=EPS64))
     # problem-only half-width ~ 1.96 * sqrt(2 * 0.25 / 4) / sqrt(500) ~ 0.03; the seed level adds the spread of
     # the seed means, sd ~ 0.13 * sqrt(3/4) / 2 ~ 0.056, half-width ~ 0.11: well over twice as wide
     width = lambda ci: ci["high"] - ci["low"]  # noqa: E731
@@ -178,7 +199,9 @@ def test_paired_t_ci_by_hand():
     # d = [1, 2, 3]: mean 2, sd 1, t_{0.975, 2} = 4.302653 -> half width 4.302653 / sqrt(3) = 2.484138
     ci = stats.paired_t_ci([0.0, 0.0, 0.0], [1.0, 2.0, 3.0])
     assert ci["diff"] == pytest.approx(2.0) and ci["sd"] == pytest.approx(1.0) and ci["seeds"] == 3
-    assert (ci["low"], ci["high"]) == (pytest.approx(2 - 2.484138, abs=1e-6), pytest.approx(2 + 2.484138, abs=1e-6))
+    # 2.484138 is printed to 6 decimals (half a unit: 5e-7) and the float64 interval rounds a few times
+    tol = 5e-7 + rounding_tol(2 + 2.484138, ulps=4, eps=EPS64)
+    assert (ci["low"], ci["high"]) == (pytest.approx(2 - 2.484138, abs=tol), pytest.approx(2 + 2.484138, abs=tol))
     # [S, P]: each seed's mean over problems first (the seed is the unit): d = [0.5, 0.0]
     two = stats.paired_t_ci([[0, 0], [1, 1]], [[1, 0], [1, 1]])
     assert two["per_seed"] == [0.5, 0.0] and two["diff"] == pytest.approx(0.25)
@@ -205,7 +228,9 @@ def test_mcnemar_hand_count():
     a = np.array([0, 0, 0, 0, 1, 1, 1, 1, 0, 0], bool)
     b = np.array([1, 1, 1, 1, 0, 1, 1, 1, 0, 0], bool)
     out = stats.mcnemar(a, b)
-    assert out == {"b01": 4, "b10": 1, "p_value": pytest.approx(0.375, abs=1e-15), "chi2": pytest.approx(0.8),
+    # p = 2 tail / 2^n from exact integers: one rounding of eps64/2 (0.375 = 12/32 is in fact exact)
+    p_tol = rounding_tol(0.375, ulps=0.5, eps=EPS64)
+    assert out == {"b01": 4, "b10": 1, "p_value": pytest.approx(0.375, abs=p_tol), "chi2": pytest.approx(0.8),
                    "problems": 10}
     # swapping the runs swaps the counts, not the test
     assert stats.mcnemar(b, a)["p_value"] == out["p_value"] and stats.mcnemar(b, a)["b10"] == 4

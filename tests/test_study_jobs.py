@@ -124,7 +124,7 @@ def test_reward_collapse_jobs_trains_every_run_once_and_summarizes_them(tmp_path
     assert "--arms per_dim --seeds 1 --jobs 1 --quiet" in out.stdout
     # the first run of slot 0 and the last of slot 1 ended with other params than the warm start they began from
     for arm, seed in (("grpo", 0), ("per_dim", 2)):
-        _, params, step = restore_policy(str(tmp_path / arm / f"seed{seed}"), str(tmp_path / f"scratch_{arm}"))
+        _, params, step = restore_policy(str(tmp_path / arm / f"seed{seed}"))
         blob = (tmp_path / "warm_start" / f"seed{seed}" / "warm_start.msgpack").read_bytes()
         start = flax.serialization.from_bytes(params, blob)
         assert step > 0 and any(not np.array_equal(np.asarray(a), np.asarray(b))
@@ -171,8 +171,7 @@ def test_a_study_killed_mid_run_resumes_with_the_same_command(tmp_path):
     results = json.loads((tmp_path / "results.json").read_text())["results"]
     assert [r["seed"] for r in results["grpo"]] == [0] and [r["seed"] for r in results["gdpo"]] == [0]
     # the resumed run's final policy moved away from the warm start it began from
-    _, params, step = load_launcher("pass_at_k").restore_policy(str(tmp_path / "gdpo" / "seed0"),
-                                                                str(tmp_path / "scratch"))
+    _, params, step = load_launcher("pass_at_k").restore_policy(str(tmp_path / "gdpo" / "seed0"))
     start = flax.serialization.from_bytes(params, (tmp_path / "warm_start" / "seed0" / "warm_start.msgpack").read_bytes())
     assert step == 30 and any(not np.array_equal(np.asarray(a), np.asarray(b))
                               for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(start), strict=True))

@@ -46,12 +46,16 @@ Units. A unit after a value is split off and compared, never just dropped (dropp
 - the same unit on both answers, or a unit on one only: the values are compared. A bare number is read in
   the other answer's unit (gold `5\\text{ m}` accepts `5`): this reward grades the value, and golds
   often carry a unit the question already fixed (`10\\text{ inches}` for "how many inches");
-- units of one dimension (length, mass, time, volume, area, speed, money, months/years): converted with
-  exact factors, then compared (`500 cm == 5 m`, `2 h == 120 min`, `0.33333 h == 20 min` by written
-  precision in hours);
+- units of one dimension (length, mass, time, volume, area, speed, money, months/years, and what SI symbols
+  measure): converted with exact factors, then compared (`500 cm == 5 m`, `2 h == 120 min`, `0.33333 h ==
+  20 min` by written precision in hours, `5 kPa == 5000 Pa`, `5 J == 5 N m`). The table and its parser are
+  shared with the science reward (`units.py`); unit names are read in any case (`5 CM`), SI symbols as written;
 - different dimensions (`5 kg`, `5 m`), or two different `\\text{}` labels (`5 apples`, `5 oranges`): not equal.
 Letters written against the number (`4s`, `12cm`) are a unit only when the other answer has a unit of the
-same dimension (`4 s`, `4000 ms`); otherwise they are letters, so `4s` is 4 times s, not 4. A degree sign
+same dimension (`4 s`, `4000 ms`); otherwise they are letters, so `4s` is 4 times s, not 4. So is a unit that
+only SI symbols spell, wherever it is written (`2 V`, `5 nm`, `5\\text{ kPa}`: single letters and short
+symbols are often variables): against an answer without a unit of its dimension it is read as before they
+were units, as letters (`\\frac{1}{2} V == \\frac{V}{2}`, `2 V != 2`) or a `\\text{}` label. A degree sign
 after a plain number is a unit (`90^\\circ == 90`); inside an expression it converts to radians
 (`\\cos 30^\\circ` is cos(pi/6), not cos(30)). An angle in degrees is not compared with one in radians.
 
@@ -82,13 +86,19 @@ from contextlib import contextmanager
 from fractions import Fraction
 from typing import Any, NamedTuple
 
+from grpo_jax.rewards import units
 from grpo_jax.rewards.base import RewardInputError, RewardResult, as_str_list, require, reward
 from grpo_jax.rewards.format import assistant_turn, split_response
+from grpo_jax.rewards.units import NO_UNIT, Unit
 
-MATH_VERSION = "5"  # 2: written-precision rule, `**`/`^` exponents read whole, unions; 3: values past the
+MATH_VERSION = "6"  # 2: written-precision rule, `**`/`^` exponents read whole, unions; 3: values past the
 # float range compared in mpmath (v2 called 575! equal to any number: inf <= 1e-12 * inf), exact numbers exactly;
 # 4: units compared and converted, % read once, names matched, inequalities as sets, degrees in trig, i, z1;
-# 5: a think_prefilled row is read as "<think>" + completion (no </think>: all thinking, no answer)
+# 5: a think_prefilled row is read as "<think>" + completion (no </think>: all thinking, no answer);
+# 6: one unit table with science (units.py): SI symbols with prefixes (kPa, J, N, W, Hz, C, V, mol, eV, nm, mA)
+# convert when both answers carry a unit of one dimension (5 kPa == 5000 Pa, 5 J == 5 N m; v5: not equal),
+# and `5\text{ mPa}` is no longer `5\text{ MPa}` (v5 read both as the label "mpa"); against an answer without
+# a unit of its dimension such a unit is read as in v5 (letters, or a \text{} label)
 
 MAX_SYMBOLIC_CHARS = 300  # longer expressions are judged by string/number rules only
 MAX_NUMBER_DIGITS = 400  # longer digit runs are compared as canonical digit strings
@@ -224,23 +234,16 @@ _NAME_PREFIX_RE = re.compile(
 )
 
 
-class Unit(NamedTuple):
-    """What a unit measures and its size: `dimension` is a sorted tuple of (base unit, power), e.g.
-    (('m', 1), ('s', -1)) for a speed, and `factor` the unit's size in those base units (km: 1000)."""
-
-    dimension: tuple[tuple[str, int], ...]
-    factor: Fraction
-
-
 class Normalized(NamedTuple):
     """A normalised answer: `text` without its unit or %, `percent` whether a % was stripped, `unit` the
-    unit stripped after the value, and `glued` the text with that unit kept as letters when it was written
-    against the number ('4s'), used unless the other answer has a unit of the same dimension."""
+    unit stripped after the value, and `otherwise` the answer as read without that unit, used unless the
+    other answer has a unit of the same dimension: the letters of a unit written against the number ('4s'),
+    or the reading before SI symbols were units ('2 V' as letters, '5\\text{ kPa}' as a label)."""
 
     text: str
     percent: bool
     unit: Unit | None = None
-    glued: str | None = None
+    otherwise: Normalized | None = None
 
 
 def _unwrap(s: str, prefix: str) -> str:
@@ -254,54 +257,15 @@ def _unwrap(s: str, prefix: str) -> str:
 
 # ------------------------------------------------------------------------------------ units
 
-# (base units with powers, size in them, spellings). Sizes are exact: the inch is 0.0254 m, the pound
-# 0.45359237 kg and the US gallon 3.785411784 L by definition. Months and years convert to each other but
-# not to days (a month has no fixed length); money converts between dollars and cents only.
-_UNIT_SPELLINGS = (
-    ("m", "1", "m meter meters metre metres"),
-    ("m", "0.001", "mm millimeter millimeters millimetre millimetres"),
-    ("m", "0.01", "cm centimeter centimeters centimetre centimetres"),
-    ("m", "1000", "km kilometer kilometers kilometre kilometres"),
-    ("m", "0.0254", "in inch inches"),
-    ("m", "0.3048", "ft foot feet"),
-    ("m", "0.9144", "yd yard yards"),
-    ("m", "1609.344", "mi mile miles"),
-    ("g", "1", "g gram grams"),
-    ("g", "0.001", "mg milligram milligrams"),
-    ("g", "1000", "kg kilogram kilograms"),
-    ("g", "453.59237", "lb lbs pound pounds"),
-    ("g", "28.349523125", "oz ounce ounces"),
-    ("s", "1", "s sec secs second seconds"),
-    ("s", "0.001", "ms millisecond milliseconds"),
-    ("s", "60", "min mins minute minutes"),
-    ("s", "3600", "h hr hrs hour hours"),
-    ("s", "86400", "day days"),
-    ("s", "604800", "week weeks"),
-    ("m3", "0.000001", "ml milliliter milliliters millilitre millilitres"),
-    ("m3", "0.001", "l liter liters litre litres"),
-    ("m3", "0.003785411784", "gal gallon gallons"),
-    ("m s-1", "0.44704", "mph"),
-    ("m s-1", "5/18", "kph kmh"),
-    ("month", "1", "month months"),
-    ("month", "12", "year years yr yrs"),
-    ("dollar", "1", "dollar dollars"),
-    ("dollar", "0.01", "cent cents"),
-    ("degree", "1", "degree degrees deg"),
-)
-_UNITS = {
-    name: Unit(tuple((b, int(p or 1)) for b, p in re.findall(r"([a-z]+)(-?\d*)", base)), Fraction(size))
-    for base, size, names in _UNIT_SPELLINGS
-    for name in names.split()
-}
-NO_UNIT = Unit((), Fraction(1))  # 'units', 'square units': a count with no stated unit
+# The unit table and its parser are shared with the science reward (units.py); this reward reads a word's
+# case loosely (`fold_case=True`: 'CM' and 'Mm' are centimetres and millimetres, 'kPa' is kilopascals).
+_UNITS = units.NAMES  # the unit names, lower case (the SI symbols are read by units.si_symbol)
 _DEGREE_UNITS = {  # a degree sign alone is an angle; with C or F a temperature, and the two scales do not convert
-    "": _UNITS["degree"],
-    "C": Unit((("celsius", 1),), Fraction(1)),
-    "F": Unit((("fahrenheit", 1),), Fraction(1)),
+    "": units.DEGREE,
+    "C": units.CELSIUS,
+    "F": units.FAHRENHEIT,
 }
 MAX_UNIT_TEXT = 200  # longer answers are not searched for a unit (the search is quadratic in the worst case)
-MAX_UNIT_POWER = 4  # 'cm^9^9^9' is no unit: its size would be a 10^1500-digit fraction
-_UNIT_TOKEN_RE = re.compile(r"\s*(?:([A-Za-z]+)|(/)|\^\s*\{?\s*(-?\d)\s*\}?|\\cdot(?![A-Za-z])|\*)")
 _TEXT_GROUP = r"\\(?:text|mbox|mathrm)\s*\{[^{}]*\}"
 # A value ending in a digit or '}', then a tail that starts with a word or a \text group and holds only
 # words, \text groups, '/', '*', \cdot and small powers: '5\text{ cm}', '3 km/h', '6 cm^2', '4s'.
@@ -315,46 +279,10 @@ _DEGREE_TAIL_RE = re.compile(
 _PLAIN_NUMBER_RE = re.compile(r"[-+]?(?:\d[\d,]*(?:\.\d*)?|\.\d+)|[-+]?\\[dt]?frac\{\d+\}\{\d+\}|[-+]?\d+/\d+")
 
 
-def _combine_units(parts: list[tuple[Unit, int]]) -> Unit:
-    """The product of units raised to powers: [(km, 1), (h, -1)] -> a speed of 5/18 m/s."""
-    powers: dict[str, int] = {}
-    factor = Fraction(1)
-    for unit, power in parts:
-        factor *= unit.factor**power
-        for base, p in unit.dimension:
-            powers[base] = powers.get(base, 0) + p * power
-    return Unit(tuple(sorted((b, p) for b, p in powers.items() if p)), factor)
-
-
 def parse_unit(text: str) -> Unit | None:
-    """The unit a text names: 'cm', 'km/h', 'm/s^2', 'miles per hour', 'square feet', 'cm^{2}'.
-
-    None when any word is not a known unit; NO_UNIT for 'units' / 'square units', which state none."""
-    parts: list[tuple[Unit, int]] = []
-    sign, pending, pos, text = 1, 1, 0, text.strip()
-    while pos < len(text):
-        m = _UNIT_TOKEN_RE.match(text, pos)
-        if m is None:
-            return None
-        pos = m.end()
-        word, slash, power = m.group(1, 2, 3)
-        if slash or (word and word.lower() == "per"):
-            sign = -1
-        elif power is not None:
-            if not parts or abs(parts[-1][1] * int(power)) > MAX_UNIT_POWER:
-                return None
-            parts[-1] = (parts[-1][0], parts[-1][1] * int(power))
-        elif word:
-            w = word.lower()
-            if w in ("sq", "square", "cubic"):
-                pending = 3 if w == "cubic" else 2
-                continue
-            unit = NO_UNIT if w in ("unit", "units") else _UNITS.get(w)
-            if unit is None:
-                return None
-            parts.append((unit, pending * sign))
-            pending = 1
-    return _combine_units(parts) if parts else None
+    """The unit a text names, as this reward reads case: 'cm', 'km/h', 'm/s^2', 'miles per hour', 'kPa'
+    (units.parse_unit). None when any word is not a known unit; NO_UNIT for 'units' / 'square units'."""
+    return units.parse_unit(text, fold_case=True)
 
 
 def _label_unit(tail: str) -> Unit | None:
@@ -374,27 +302,35 @@ def _is_constant(head: str) -> bool:
     return re.search(r"\d", value) is not None and re.search(r"[A-Za-z]", re.sub(r"\\[A-Za-z]+", "", value)) is None
 
 
-def split_unit(s: str) -> tuple[str, Unit | None, bool]:
-    """(value, unit, glued) for a prepared answer: '5\\text{ cm}' -> ('5', cm, False), '90^{\\circ}' ->
-    ('90', degree, False), '4s' -> ('4', s, True): the letters touch the number, so they may be a variable.
+def split_unit(s: str) -> tuple[str, Unit | None, tuple[str, Unit | None] | None]:
+    """(value, unit, otherwise) for a prepared answer: '5\\text{ cm}' -> ('5', cm, None), '90^{\\circ}' ->
+    ('90', degree, None). `otherwise` is (value, unit) as read when the other answer has no unit of the same
+    dimension: '4s' -> ('4', s, ('4s', None)), the letters touch the number, so they may be a variable.
 
     A degree sign is a unit only after a plain number (in `\\cos 30^{\\circ}` it converts 30 to radians,
     which the parser does); other units follow any constant. Unknown words are not units, except one
-    \\text{} label. 'units' states no unit: ('12', None, False) for '12 square units'."""
+    \\text{} label. 'units' states no unit: ('12', None, None) for '12 square units'. A unit that only SI
+    symbols spell ('2 V', '5 nm', '5\\text{ kPa}': no unit name) is read as one only against a unit of its
+    dimension, otherwise as this reward read it before SI symbols were units (letters, or a \\text{} label)."""
     if len(s) > MAX_UNIT_TEXT:
-        return s, None, False
+        return s, None, None
     m = _DEGREE_TAIL_RE.fullmatch(s)
     if m and _PLAIN_NUMBER_RE.fullmatch(_NAME_PREFIX_RE.sub("", m.group("head").strip())):
-        return m.group("head").strip(), _DEGREE_UNITS[m.group("scale")], False
+        return m.group("head").strip(), _DEGREE_UNITS[m.group("scale")], None
     m = _UNIT_TAIL_RE.fullmatch(s)
     if m is None or not _is_constant(m.group("head")):
-        return s, None, False
-    tail = m.group("tail")
-    unit = parse_unit(re.sub(r"\\(?:text|mbox|mathrm)\s*\{([^{}]*)\}", r" \1 ", tail)) or _label_unit(tail)
-    if unit is None:
-        return s, None, False
-    glued = not m.group("gap") and not tail.startswith("\\") and unit != NO_UNIT
-    return m.group("head").strip(), (None if unit == NO_UNIT else unit), glued
+        return s, None, None
+    head, tail = m.group("head").strip(), m.group("tail")
+    named = units.parse_unit(tail, fold_case=True, symbols=False)
+    if named is not None:
+        glued = not m.group("gap") and not tail.startswith("\\") and named != NO_UNIT
+        return head, (None if named == NO_UNIT else named), ((s, None) if glued else None)
+    label = _label_unit(tail)
+    before = (head, label) if label is not None else (s, None)  # the reading without SI symbols
+    symbol = parse_unit(tail)
+    if symbol is not None and symbol != NO_UNIT:
+        return head, symbol, before
+    return (*before, None)
 
 
 def _fix_frac_sqrt(s: str) -> str:
@@ -502,9 +438,11 @@ def normalize_answer(answer: str) -> Normalized:
 
 def _normalize(answer: str) -> Normalized:
     s = _prepare(answer)
-    head, unit, glued = split_unit(s)
+    head, unit, otherwise = split_unit(s)
     text, percent = _canonical(head)
-    return Normalized(text, percent, unit, _canonical(s)[0] if glued else None)
+    if otherwise is None:
+        return Normalized(text, percent, unit)
+    return Normalized(text, percent, unit, Normalized(_canonical(otherwise[0])[0], percent, otherwise[1]))
 
 
 _normalize_cached = functools.lru_cache(maxsize=65536)(_normalize)
@@ -550,8 +488,7 @@ def _canonical(s: str) -> tuple[str, bool]:
 
 
 _NAME_VALUE_RE = re.compile(_NAME_PREFIX_RE.pattern + r"(?=[^=]*$)")  # only where one '=' follows
-_UNIT_WORD = "|".join(sorted([*_UNITS, "unit", "units", "sq", "square", "cubic"], key=len, reverse=True))
-_SPACED_UNIT_RE = re.compile(rf"(?<=[\d}}])\s+(?=(?:{_UNIT_WORD})(?![A-Za-z]))")
+_SPACED_UNIT_RE = re.compile(rf"(?<=[\d}}])\s+(?=(?:{units.NAME_PATTERN})(?![A-Za-z]))")
 # A letter followed by digits is one name ('z1' is z_1, as a program writes it), not the letter times the
 # digits, which would make '2108*z1' equal '2108*z'. Not after a letter or backslash ('\log2', 'ab1' stay as
 # they are) and not the exponent of a number ('1e5').
@@ -1135,12 +1072,13 @@ _answers_equal_cached = functools.lru_cache(maxsize=65536)(_answers_equal)
 
 
 def settle_glued_units(a: Normalized, b: Normalized) -> tuple[Normalized, Normalized]:
-    """A unit written against its number ('4s') is read as a unit only when the other answer has a unit of
-    the same dimension ('4 s', '4000 ms'); otherwise its letters are part of the answer (4 times s)."""
+    """A unit written against its number ('4s'), or a bare SI symbol that is no name ('2 V', '5 kPa'), is read as
+    a unit only when the other answer has a unit of the same dimension ('4 s', '4000 ms'); otherwise its letters
+    are part of the answer (4 times s)."""
 
     def settled(x: Normalized, other: Normalized) -> Normalized:
         same_dimension = x.unit is not None and other.unit is not None and x.unit.dimension == other.unit.dimension
-        return x if x.glued is None or same_dimension else Normalized(x.glued, x.percent)
+        return x if x.otherwise is None or same_dimension else x.otherwise
 
     return settled(a, b), settled(b, a)
 

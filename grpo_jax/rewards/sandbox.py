@@ -2,7 +2,7 @@
 
 Model-written code never runs in the calling (trainer) process. Each run is a fresh interpreter
 (`python -S -s -P`, no site-packages; the harness finds the allowed third-party packages, numpy, at
-their own directories) started through the trusted harness `_sandbox_runner.py`, with:
+their own directories) started through the trusted harness in `sandbox_runner/`, with:
 
 - a fresh temporary directory as cwd, removed afterwards; an environment holding only PYTHONHASHSEED=0
   and PYTHONUTF8=1 (so output is deterministic) and OPENBLAS_NUM_THREADS=OMP_NUM_THREADS=1 (numpy's
@@ -48,7 +48,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib.util
-import marshal
 import os
 import platform
 import secrets
@@ -63,13 +62,12 @@ import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import TypeVar
 
-_RUNNER_SOURCE = (Path(__file__).with_name("_sandbox_runner.py")).read_text()
-_SETUP_FAILED = 121  # exit codes of _sandbox_runner.py
-_PEER_GONE = 122
-_CPU_LIMIT_EXIT = 152
+from grpo_jax.rewards.sandbox_runner.bundle import bundle
+from grpo_jax.rewards.sandbox_runner.job import CPU_LIMIT_EXIT, PEER_GONE, SETUP_FAILED, SETUP_FAILED_LINE, dump_job
+
+_RUNNER_SOURCE = bundle()  # the runner's modules as one `python -c` source (it cannot import the package)
 _LAYERS = ("net_namespace", "pid_namespace", "drop_uid", "landlock", "seccomp")
 _SYSTEM_READ_PATHS = ("/usr", "/lib", "/lib32", "/lib64", "/bin", "/etc/ld.so.cache")
 # Deterministic output; numpy's BLAS in one thread (RLIMIT_NPROC and RLIMIT_CPU count every thread).
@@ -223,7 +221,7 @@ def resolve_layers(isolation: Isolation) -> dict[str, bool]:
 
 def _failed_layer(stderr: str) -> str | None:
     for line in stderr.splitlines():
-        if line.startswith("sandbox_setup_failed:"):
+        if line.startswith(SETUP_FAILED_LINE):
             return line.split(":")[1]
     return None
 
@@ -363,9 +361,9 @@ def _has_exited(proc: subprocess.Popen) -> bool:
 def _status(returncode: int | None, kill_reason: str | None, stderr: str) -> str:
     if kill_reason:
         return kill_reason
-    if returncode == _SETUP_FAILED and "sandbox_setup_failed:" in stderr:
+    if returncode == SETUP_FAILED and SETUP_FAILED_LINE in stderr:
         return "setup_failed"
-    if returncode in (-signal.SIGXCPU, _CPU_LIMIT_EXIT):
+    if returncode in (-signal.SIGXCPU, CPU_LIMIT_EXIT):
         return "cpu_limit"
     if returncode == -signal.SIGXFSZ:
         return "file_limit"
@@ -386,9 +384,9 @@ class _Child:
 
 
 def _job(role: str, payload: dict, limits: Limits, layers: dict, caps: dict, uid: int | None) -> bytes:
-    """The harness's instructions, marshalled (the runner imports marshal faster than json). `payload`
-    holds what this role may see: the program (script, serve) or the tests and the nonce (tests)."""
-    return marshal.dumps(
+    """The harness's instructions, marshalled (`job.dump_job`). `payload` holds what this role may see:
+    the program (script, serve) or the tests and the nonce (tests)."""
+    return dump_job(
         {
             "role": role,
             "program": payload.get("program"),
@@ -470,7 +468,7 @@ def _supervise(
     kill_reason = output.read({procs[0].stdout, procs[0].stderr}, deadline, stop_at_cap=True)
     if kill_reason is None and not _wait_until(procs[0], deadline):
         kill_reason = "timeout"
-    if kill_reason is None and len(procs) > 1 and _exit_code(procs[0]) == _PEER_GONE:
+    if kill_reason is None and len(procs) > 1 and _exit_code(procs[0]) == PEER_GONE:
         # The tests' process saw the solution's pipes close; a process killed by a limit closes them before it
         # becomes waitable, so its status may not have landed yet (seen under load: an infinite loop's
         # cpu_limit read as "error"). A moment for it, spent only on this path.
@@ -569,7 +567,7 @@ def _tests_status(
     limit, a crash, or "ok": a clean exit before the tests finished, which is not a pass)."""
     if kill_reason:
         return kill_reason, False
-    if tests_returncode == _PEER_GONE:
+    if tests_returncode == PEER_GONE:
         return (solution_status, True) if solution_status is not None else ("error", False)
     return tests_status, False
 

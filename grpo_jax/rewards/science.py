@@ -11,8 +11,12 @@ to list options.
 
 Numeric (anything else): the committed number (plain, scientific `6.02e23`, `6.02 \\times 10^{23}`)
 is compared with relative tolerance `rel_tol` (or `sample["rel_tol"]`). With `sample["unit"]` and a unit
-in the answer, the units must measure the same quantity and the value is converted: SI prefixes (`km` vs
-`m`), compound units (`mm/s^2` vs `m/s^2`, `km/h` vs `m/s`, `kg m^2`), `min` and `h` for time. A unit of
+in the answer, the units must measure the same quantity and the value is converted through the unit table
+shared with the math reward (units.py): SI symbols with prefixes, read case-sensitively (`km` vs `m`, `Mm` a
+megametre, `kPa`, `keV`, `mL`), derived units as their SI dimension (`N m` is `J`, `Hz` is `1/s`, `L` is
+`1000 cm^3`, `eV` and `kWh` are energies), compound units (`mm/s^2` vs `m/s^2`, `km/h` vs `m/s`, `kg m^2`,
+`J/(mol K)`, `miles per hour`, `square feet`), and unit names (`min`, `h`, `day`, `week`, `in`, `ft`, `mi`,
+`mph`, `lb`, `oz`, `gal`, `hours`, ...). The exact factors are rounded to a float once, at the end. A unit of
 another quantity (`m/s` against `m/s^2`) or one not understood scores 0 (`unit_mismatch`); an answer
 without a unit is read in the reference unit unless `require_unit=True`.
 """
@@ -26,10 +30,14 @@ from typing import Any
 from grpo_jax.rewards.base import RewardInputError, RewardResult, require, reward
 from grpo_jax.rewards.format import assistant_turn, split_response
 from grpo_jax.rewards.math import boxed_contents, cut_answer_tail
+from grpo_jax.rewards.units import convert_float, parse_unit
 
-SCIENCE_VERSION = "4"  # 2: "Answer: 6.02*10**23" keeps its power (math.cut_answer_tail dropped every `**` as bold);
+SCIENCE_VERSION = "5"  # 2: "Answer: 6.02*10**23" keeps its power (math.cut_answer_tail dropped every `**` as bold);
 # 3: lower-case and "Option C" letters are options, compound units convert (9800 mm/s^2 is 9.8 m/s^2);
-# 4: a think_prefilled row is read as "<think>" + completion (no </think>: all thinking, no answer)
+# 4: a think_prefilled row is read as "<think>" + completion (no </think>: all thinking, no answer);
+# 5: one unit table with math (units.py): unit names convert (10 inches is 25.4 cm, mph, days, weeks, pounds,
+# gallons, "hours", "miles per hour", "square feet"; v4: unit_mismatch), derived units are their SI dimension
+# (5 N m is 5 J, 50 Hz is 50 s^-1, eV and kWh are joules; v4: unit_mismatch), `m/s/s` divides twice
 
 _LETTERS = "ABCDEFGHIJ"
 _COMMIT_RE = re.compile(  # bounded look-ahead: linear even on thousands of "Answer:" lines
@@ -40,23 +48,6 @@ _NUM = r"[-+\u2212]?(?:\d+(?:\.\d*)?|\.\d+)"
 _SCI_RE = re.compile(
     rf"^\s*({_NUM})(?:\s*(?:[eE]\s*({_NUM})|(?:\\times|\\cdot|\*|x|\u00d7)\s*10\s*(?:\^|\*\*)\s*\{{?\s*({_NUM})\s*\}}?))?\s*(.*)$"
 )
-_SI_PREFIX = {
-    "": 1.0,
-    "k": 1e3,
-    "M": 1e6,
-    "G": 1e9,
-    "T": 1e12,
-    "c": 1e-2,
-    "m": 1e-3,
-    "u": 1e-6,
-    "\u00b5": 1e-6,
-    "\u03bc": 1e-6,
-    "n": 1e-9,
-    "p": 1e-12,
-}
-_SI_BASE = ("mol", "Hz", "Pa", "eV", "Wh", "m", "g", "s", "J", "N", "W", "V", "A", "K", "L", "C", "T")
-_OTHER_UNITS = {"min": ("s", 60.0), "h": ("s", 3600.0)}  # time units without an SI prefix
-_UNIT_FACTOR_RE = re.compile(r"([A-Za-z\u00b5\u03bc]+)(?:\^\{?([-+]?\d+)\}?)?")
 
 
 # ------------------------------------------------------------------------------------ multiple choice
@@ -125,49 +116,14 @@ def parse_quantity(text: str) -> tuple[float, str] | None:
     return value, unit
 
 
-def _unit_factor(name: str) -> tuple[str, float] | None:
-    """('m', 1000.0) for 'km': the base unit and its factor, None if not a known unit."""
-    if name in _OTHER_UNITS:
-        return _OTHER_UNITS[name]
-    for base in _SI_BASE:
-        if name.endswith(base) and name[: -len(base)] in _SI_PREFIX:
-            return base, _SI_PREFIX[name[: -len(base)]]
-    return None
-
-
-def _dimension(unit: str) -> tuple[tuple[tuple[str, int], ...], float] | None:
-    """(sorted (base, power) pairs, factor) of a unit: 'mm/s^2' -> ((('m', 1), ('s', -2)), 0.001).
-
-    Factors are multiplied (separated by spaces, '*', '\\cdot' or '.'), everything after one '/' divides;
-    None if any factor is not a known unit."""
-    unit = re.sub(r"\\cdot|\u00b7|\*|(?<=[A-Za-z}\d])\.(?=[A-Za-z])", " ", unit)
-    numerator, _, denominator = re.sub(r"\s*/\s*", "/", unit.strip()).partition("/")
-    powers: dict[str, int] = {}
-    factor = 1.0
-    for part, sign in ((numerator, 1), (denominator.strip("()"), -1)):
-        for token in part.split():
-            m = _UNIT_FACTOR_RE.fullmatch(token)
-            known = _unit_factor(m.group(1)) if m else None
-            if m is None or known is None:
-                return None
-            power = sign * int(m.group(2) or 1)
-            if abs(power) > 4:  # no unit has such a power, and 1e-3 ** -400 overflows a float
-                return None
-            powers[known[0]] = powers.get(known[0], 0) + power
-            factor *= known[1] ** power
-    if "/" in denominator or not powers:
-        return None
-    return tuple(sorted((b, p) for b, p in powers.items() if p)), factor
-
-
 def _convert(value: float, unit: str, target: str) -> float | None:
     """`value` in `unit` expressed in `target`, or None if the units are not the same quantity."""
     if unit.replace(" ", "") == target.replace(" ", ""):
         return value
-    a, b = _dimension(unit), _dimension(target)
-    if a is None or b is None or a[0] != b[0]:
+    a, b = parse_unit(unit, fold_case=False), parse_unit(target, fold_case=False)  # symbols case-sensitively
+    if a is None or b is None or a.dimension != b.dimension:
         return None
-    return value * a[1] / b[1]
+    return convert_float(value, a, b)
 
 
 def _numeric_candidates(segment: str) -> list[str]:

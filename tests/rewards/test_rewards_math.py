@@ -106,17 +106,20 @@ def test_adversarial_empty_and_unbalanced_boxed():
     assert math_reward(T + "\\boxed{\\frac{1}{2}", {"answer": "0.5"}).info["reason"] == "unbalanced_braces"
 
 
-def test_adversarial_huge_numbers_are_fast_and_exact():
+def test_adversarial_huge_numbers_are_refused_or_compared_as_digits_and_exact():
+    """Huge numbers are never computed: long digit runs are compared as digit strings (reason "digits"), and
+    towers, huge exponents and factorials are refused by the static guard before sympy sees them (its reason,
+    not "timeout" or a hang). The reasons show it whatever the machine's speed; a time bound would not."""
     digits = "9" * 20000  # far beyond int()'s 4300-digit string limit
-    t0 = time.perf_counter()
     assert math_reward(T + "\\boxed{" + digits + "}", {"answer": "4"}).score == 0.0
     assert math_reward(T + "\\boxed{" + digits + "}", {"answer": digits}).score == 1.0
     assert math_reward(T + "\\boxed{" + digits + "8}", {"answer": digits + "9"}).score == 0.0
-    tower = math_reward(T + "\\boxed{10^{10^{10}}}", {"answer": "1"})
-    assert tower.score == 0.0 and "power_tower" in str(m.answers_equal("10^{10^{10}}", "1"))
-    assert math_reward(T + "\\boxed{9^{999999}}", {"answer": "1"}).score == 0.0
-    assert math_reward(T + "\\boxed{100000!}", {"answer": "1"}).score == 0.0
-    assert time.perf_counter() - t0 < 5.0
+    assert m.answers_equal(digits, "4") == (False, "digits")
+    assert m.answers_equal(digits + "8", digits + "9") == (False, "digits")
+    refusals = [("10^{10^{10}}", "power_tower"), ("9^{999999}", "huge_exponent"), ("100000!", "huge_factorial")]
+    for huge, refused in refusals:
+        assert math_reward(T + "\\boxed{" + huge + "}", {"answer": "1"}).score == 0.0
+        assert m.answers_equal(huge, "1") == (False, refused)
 
 
 @pytest.mark.parametrize("pred, ref", [
@@ -214,9 +217,9 @@ def test_symbolic_timeout_is_not_equal_with_reason(monkeypatch):
             time.sleep(0.001)
 
     monkeypatch.setattr(m, "_to_sympy", slow)
-    t0 = time.perf_counter()
+    # `slow` never returns: the call returning at all, with reason "timeout", is the timer firing. No bound on
+    # the elapsed time, which a loaded machine stretches.
     assert m.symbolic_equal("x+1", "1+x", timeout_s=0.2) == (False, "timeout")
-    assert time.perf_counter() - t0 < 1.0
 
 
 def test_timer_restores_previous_alarm_handler():

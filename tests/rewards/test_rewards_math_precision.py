@@ -7,7 +7,6 @@ rounded at its last written place and carries at least MIN_SIGNIFICANT_DIGITS si
 """
 
 import random
-import time
 from decimal import ROUND_HALF_UP, Decimal, localcontext
 from fractions import Fraction
 
@@ -260,11 +259,14 @@ def test_stated_answer_keeps_its_power():
 
 
 def test_deep_and_long_power_text_is_bounded():
-    t0 = time.perf_counter()
+    """Deep or long `**` text is normalised without a crash (no recursion past MAX_POWER_NESTING) and refused by
+    the static length guard before sympy sees it: the reasons show it, where a time bound fails on a loaded
+    machine."""
     for text in ("2**" * 5000 + "2", "x**(" * 300, "2**(" * 200 + "1" + ")" * 200, "**" * 30000):
         m.normalize_answer(text)
-        assert math_reward(T + "\\boxed{" + text + "}", {"answer": "4"}).score == 0.0
-    assert time.perf_counter() - t0 < 10.0
+        result = math_reward(T + "\\boxed{" + text + "}", {"answer": "4"})
+        assert (result.score, result.info["reason"]) == (0.0, "wrong_answer")  # not an internal error
+        assert m.answers_equal(text, "4") == (False, "too_long")
 
 
 # ----------------------------------------------------------------------------- unions

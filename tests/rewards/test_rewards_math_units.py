@@ -7,7 +7,6 @@ it must accept: a rule that accepted everything would fail the first, one that a
 """
 
 import random
-import time
 from decimal import Decimal
 from fractions import Fraction
 
@@ -334,13 +333,15 @@ def test_function_definition_is_its_right_hand_side(seed):
 
 
 def test_adversarial_units_periods_and_inequalities_are_bounded():
-    t0 = time.perf_counter()
+    """Each input is refused or compared as written, which the result and its reason show (not a time bound,
+    which a loaded machine fails)."""
     assert m.normalize_answer("5 cm^9^9^9^9^9^9^9^9").unit is None  # its size would be a 10^1500-digit fraction
     period = "0.\\overline{" + "3" * 10000 + "}"  # int() refuses a 4300-digit string
     assert math_reward(T + "\\boxed{" + period + "}", {"answer": "\\frac13"}).score == 0.0
-    assert not equal("x^{999} > 1", "(1,\\infty)")  # not solved: compared as written
+    assert m.answers_equal(period, "\\frac13") == (False, "too_long")  # the static guard: never parsed
+    # not solved (solved, it is (1, oo) and equal), yet compared within the timer (else the reason is "timeout")
+    assert m.answers_equal("x^{999} > 1", "(1,\\infty)") == (False, "symbolic")
     assert equal("x^2 > 4", "(-\\infty,-2)\\cup(2,\\infty)")
-    assert time.perf_counter() - t0 < 10.0
 
 
 PIECES = ["5", "0.5", "\\%", "%", " ", "cm", "s", "\\text{ m}", "^\\circ", "\\cos", "x", "=", ",", "y", "<", ">",

@@ -3,7 +3,7 @@
 import contextlib
 import os
 import socket
-import time
+import threading
 
 import pytest
 
@@ -67,9 +67,10 @@ def test_fresh_temp_dir_is_cwd_and_is_removed():
 
 
 def test_wall_limit_and_output_cap():
-    t0 = time.monotonic()
+    # "timeout" is the supervisor's verdict when it killed the run at its wall limit: a program that slept its
+    # 30 s out would end "ok". No bound on the elapsed time, which a loaded machine stretches.
     r = run_program("import time\ntime.sleep(30)", limits=Limits(wall_s=0.5))
-    assert r.status == "timeout" and time.monotonic() - t0 < 2.0
+    assert r.status == "timeout"
     r = run_program("print('y' * 5000)", limits=Limits(max_output_bytes=1000))
     assert r.status == "output_limit" and len(r.stdout) <= 1000
 
@@ -89,8 +90,10 @@ def test_stdin_can_be_reopened_by_path():
 
 
 def test_cpu_limit_counts_cpu_not_wall():
+    # the CPU limit ended the loop, not the 10 s wall limit (whose status is "timeout"); the status says which
+    # limit fired whatever the machine's load, where a bound on r.wall_s would not
     r = run_program("while True:\n    pass", limits=Limits(wall_s=10.0, cpu_s=1.0))
-    assert r.status in ("cpu_limit", "killed") and r.wall_s < 5.0
+    assert r.status in ("cpu_limit", "killed")
 
 
 def test_memory_limit():
@@ -125,13 +128,29 @@ def test_control_without_network_layers_connects():
 
 
 def test_pool_bounds_concurrency():
-    """4 programs sleeping 0.6 s each through a 2-worker pool need two rounds: >= 1.2 s, < 4 x 0.6 s."""
-    t0 = time.monotonic()
+    """4 sandboxed programs through a 2-worker pool: two run at once, never more. Checked by what ran where,
+    not by the elapsed time (a loaded machine stretches both rounds): every call waits at a barrier for a
+    second one, which a serial pool never sends (the barrier breaks after its timeout, only a guard against a
+    hang), and at most 2 calls are ever inside the pool's function, on at most 2 threads."""
+    barrier, lock = threading.Barrier(2, timeout=120), threading.Lock()
+    inside, most_inside, threads = [0], [0], set()
+
+    def task(_):
+        with lock:
+            inside[0] += 1
+            most_inside[0] = max(most_inside[0], inside[0])
+            threads.add(threading.get_ident())
+        try:
+            barrier.wait()  # a second call is running at the same time
+            return run_program("print('ok')")
+        finally:
+            with lock:
+                inside[0] -= 1
+
     with SandboxPool(2) as pool:
-        results = pool.map(lambda _: run_program("import time\ntime.sleep(0.6)"), range(4))
-    elapsed = time.monotonic() - t0
-    assert all(r.passed for r in results)
-    assert 1.2 <= elapsed < 2.4 + 0.4 * 4  # serial would be >= 2.4 s plus start-up
+        results = pool.map(task, range(4))
+    assert all(r.passed and r.stdout == "ok\n" for r in results)
+    assert most_inside[0] == 2 and len(threads) == 2
 
 
 def test_pool_rejects_zero_workers():

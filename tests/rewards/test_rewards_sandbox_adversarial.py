@@ -1,5 +1,6 @@
-"""Adversarial self-check of the code reward: hostile programs score 0, finish within their time limit
-plus a small margin, and leave the calling process and the file system outside their temp dir alone.
+"""Adversarial self-check of the code reward: hostile programs score 0, are stopped by the limit they run
+into (the reason says which), and leave the calling process and the file system outside their temp dir alone.
+No test bounds the elapsed time: a loaded machine stretches it, and the reason is what shows a limit fired.
 
 Each attack is written so that it would *pass* (score 1) if the defence it probes were missing: it
 defines the correct solution only when the attack worked.
@@ -28,15 +29,11 @@ TESTS = {
 RIGHT_IF_OK = "def square(x):\n    return x * x if ok else x + 2\n"  # correct only when `ok` is true
 WRONG = "def square(x):\n    return x + 2\n"
 WALL_S = 2.0
-MARGIN_S = 1.5  # process start-up and tear-down on a loaded 2-core machine
 
 
-def attack(body: str) -> tuple[float, dict, float]:
-    t0 = time.monotonic()
+def attack(body: str) -> tuple[float, dict]:
     result = code_reward("<think>x</think>```python\n" + body + "```", TESTS, wall_s=WALL_S, cpu_s=WALL_S)
-    elapsed = time.monotonic() - t0
-    assert elapsed < WALL_S + MARGIN_S, f"took {elapsed:.2f}s"
-    return result.score, dict(result.info), elapsed
+    return result.score, dict(result.info)
 
 
 @pytest.fixture(autouse=True)
@@ -76,13 +73,12 @@ def _processes_with(token: str) -> list[int]:
 
 
 def test_infinite_loop():
-    score, info, elapsed = attack("while True:\n    pass\n" + WRONG)
-    assert score == 0.0 and info["reason"] in ("timeout", "cpu_limit")
-    assert elapsed >= 1.0  # it really ran until a limit
+    score, info = attack("while True:\n    pass\n" + WRONG)
+    assert score == 0.0 and info["reason"] in ("timeout", "cpu_limit")  # it really ran until a limit
 
 
 def test_fork_bomb_is_contained():
-    score, info, _ = attack("import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n")
+    score, info = attack("import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n")
     assert score == 0.0 and info["reason"] in ("timeout", "cpu_limit", "killed")
     assert subprocess.run(["true"]).returncode == 0  # the caller can still start processes
 
@@ -95,21 +91,26 @@ def test_escaped_daemons_are_killed():
         f"        os.execv('/bin/sleep', ['{token}', '30'])\n"
         "while True:\n    pass\n"
     )
-    score, _, _ = attack(body)
+    score, _ = attack(body)
     assert score == 0.0
-    time.sleep(0.1)
+    deadline = time.monotonic() + 10  # only ends the wait for the killed ones to vanish; an escaped one sleeps 30 s
+    while _processes_with(token) and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert _processes_with(token) == []
 
 
 def test_memory_bomb():
-    score, info, _ = attack("x = []\nwhile True:\n    x.append(bytearray(64 * 2**20))\n")
+    score, info = attack("x = []\nwhile True:\n    x.append(bytearray(64 * 2**20))\n")
     assert score == 0.0 and info["reason"] == "memory"
 
 
 def test_100mb_of_output():
-    score, info, elapsed = attack("import sys\nsys.stdout.write('x' * (100 * 2**20))\n" + WRONG)
+    # killed at the 1 MiB cap, not after reading 100 MB: the program never got past its write (it blocks on the
+    # full pipe once the cap stops the reading), so the line it writes after it never reaches stderr
+    body = "import sys\nsys.stdout.write('x' * (100 * 2**20))\nsys.stderr.write('ALL WRITTEN')\n" + WRONG
+    score, info = attack(body)
     assert score == 0.0 and info["reason"] == "output_limit"
-    assert elapsed < 1.5  # killed at the 1 MiB cap, not after reading 100 MB
+    assert "ALL WRITTEN" not in info["results"][0].get("stderr_tail", "")
 
 
 def test_connect_to_local_listener():
@@ -123,7 +124,7 @@ def test_connect_to_local_listener():
             f"    s = socket.create_connection(('127.0.0.1', {port}), timeout=1)\n"
             "    s.sendall(b'pwned')\n    ok = True\nexcept OSError:\n    pass\n" + RIGHT_IF_OK
         )
-        score, _, _ = attack(body)
+        score, _ = attack(body)
         with pytest.raises(socket.timeout):
             server.accept()  # nothing ever connected
     assert score == 0.0
@@ -141,7 +142,7 @@ def test_write_outside_temp_dir(tmp_path):
         f"ok = False\nfor p in {targets!r}:\n    try:\n        open(p, 'w').write('x')\n        ok = True\n"
         "    except OSError:\n        pass\n" + RIGHT_IF_OK
     )
-    score, _, _ = attack(body)
+    score, _ = attack(body)
     assert score == 0.0
     leftovers = [p for p in targets[:3] + [os.path.join(tempfile.gettempdir(), token)] if os.path.exists(p)]
     assert leftovers == []
@@ -156,7 +157,7 @@ def test_read_environment_of_the_caller(bystander, monkeypatch):
         f"        ok = ok or {secret!r}.encode() in open(p, 'rb').read()\n"
         "    except OSError:\n        pass\n" + RIGHT_IF_OK
     )
-    score, _, _ = attack(body)
+    score, _ = attack(body)
     assert score == 0.0
 
 
@@ -171,7 +172,7 @@ def test_kill_the_parent_and_the_caller(bystander):
         "        os.kill(pid, signal.SIGKILL) if pid else None\n        ok = ok or pid > 1\n"
         "    except OSError:\n        pass\n" + RIGHT_IF_OK
     )
-    score, _, _ = attack(body)
+    score, _ = attack(body)
     assert score == 0.0
     assert proc.poll() is None  # the stand-in trainer is alive (and so, evidently, are we)
 
@@ -188,7 +189,7 @@ def test_kill_the_parent_and_the_caller(bystander):
     ids=["exit0", "raise-SystemExit", "SystemExit0", "os._exit", "atexit"],
 )
 def test_early_exit_is_not_a_pass(body):
-    score, info, _ = attack(body)
+    score, info = attack(body)
     assert score == 0.0 and info["reason"] in ("incomplete", "error")
 
 
@@ -207,14 +208,14 @@ def test_early_exit_is_not_a_pass(body):
     ids=["redefine-check", "redefine-assert", "shadow-abs", "patch-builtins", "swap-module", "settrace"],
 )
 def test_redefining_the_test_machinery(body):
-    score, _, _ = attack(body)
+    score, _ = attack(body)
     assert score == 0.0
 
 
 def test_a_trace_hook_is_harmless_to_a_right_answer():
     """Trace hooks act in the solution's process only (the tests run in another), so they are not
     rejected: a right answer that installs one scores 1."""
-    score, info, _ = attack("import sys\nsys.settrace(lambda *a: None)\ndef square(x):\n    return x * x\n")
+    score, info = attack("import sys\nsys.settrace(lambda *a: None)\ndef square(x):\n    return x * x\n")
     assert score == 1.0, info
 
 
@@ -236,7 +237,7 @@ def test_fake_pass_marker():
         "for fd in range(3, 16):\n    try:\n        os.write(fd, bytes(16))\n    except OSError:\n        pass\n"
         + WRONG
     )
-    score, info, _ = attack(body)
+    score, info = attack(body)
     assert score == 0.0 and info["reason"] == "error"  # the tests ran and failed
 
 
@@ -292,6 +293,6 @@ def test_a_well_formed_forged_reply_is_just_an_answer():
 
 
 def test_defences_do_not_reject_honest_code():
-    score, info, _ = attack("import math, collections, json\ndef square(x):\n    return math.prod([x, x])\n")
+    score, info = attack("import math, collections, json\ndef square(x):\n    return math.prod([x, x])\n")
     assert score == 1.0, info
     assert sys.executable  # the caller is untouched (checked by the fixture)

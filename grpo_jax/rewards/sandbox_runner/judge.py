@@ -1,0 +1,349 @@
+"""The tests' process: a fresh interpreter that never loads the solution. It runs the tests against
+stubs that call the solution's process over the pipes, and alone holds the nonce and the marker fd,
+which it writes to only when the tests and `check(entry_point)` returned normally, no call failed and
+at least one was made.
+"""
+
+import builtins
+import os
+import sys
+
+from .job import CALL_FAILED_LINE, PEER_GONE
+from .solution import _main_module
+from .wire import (
+    _DECODE_ERRORS,
+    _MAX_BATCH,
+    _MAX_EXPORTS,
+    _MUTABLE,
+    _BadWire,
+    _Decoder,
+    _Encoder,
+    _OrderedDict,
+    _deque,
+    _message,
+    _read_message,
+    _write_message,
+)
+
+
+class _CallFailed(BaseException):
+    """A call to the solution that failed as no function's call can pass: a result that is not plain
+    data, a broken protocol, or an exception that must not act as control flow in the tests' process
+    (SystemExit, KeyboardInterrupt, GeneratorExit, other BaseExceptions, StopIteration). A
+    BaseException, so `except Exception` in the tests does not catch it; recorded either way."""
+
+
+class _PeerGone(_CallFailed):
+    """The solution's process ended (or closed the channel) before answering."""
+
+
+_CONTROL_FLOW = (StopIteration, StopAsyncIteration)  # end an iteration when raised by a callback (map, iter)
+_STAND_INS = {}
+
+
+def _stand_in(type_name, kind):
+    """A subclass of the builtin exception `kind` named like the solution's own exception class, so
+    that `except ValueError` catches the solution's `class BadInput(ValueError)` as it would in one
+    interpreter (and `except BadInput` cannot: the tests cannot name it)."""
+    key = (type_name, kind)
+    if key not in _STAND_INS:
+        try:
+            _STAND_INS[key] = type(type_name, (kind,), {"__module__": "solution"})
+        except TypeError:  # not a valid class name
+            _STAND_INS[key] = kind
+    return _STAND_INS[key]
+
+
+def _instantiate(kind, args, message):
+    try:
+        return kind(*args) if args is not None else kind(message)
+    except Exception:  # a constructor that wants other arguments: skip its __init__
+        return kind.__new__(kind, message)
+
+
+class _Channel:
+    """The tests' end of the pipes to the solution's process. Every harness-level failure is kept, so a
+    test that catches it still fails the case."""
+
+    def __init__(self, replies_fd, requests_fd):
+        self.replies_fd, self.requests_fd = replies_fd, requests_fd
+        self.failures = []
+        self.calls = 0
+
+    def fail(self, error):
+        self.failures.append(error)
+        return error
+
+    def send(self, request):
+        try:
+            _write_message(self.requests_fd, request)
+        except OSError:
+            raise self.fail(_PeerGone("the solution's process ended before answering")) from None
+
+    def receive(self):
+        try:
+            return _read_message(self.replies_fd)
+        except EOFError:
+            raise self.fail(_PeerGone("the solution's process ended before answering")) from None
+        except _BadWire as e:
+            raise self.fail(_CallFailed(f"the solution's process broke the protocol: {e}")) from None
+
+    def exports(self):
+        message = self.receive()
+        if type(message) is not list or len(message) != 2 or message[0] != "ready" or type(message[1]) is not list:
+            raise self.fail(_CallFailed("the solution's process broke the protocol: no list of names"))
+        return message[1][:_MAX_EXPORTS]
+
+    def call(self, name, args, kwargs):
+        """The solution's `name(*args, **kwargs)`: its value, or the exception it raised; the argument
+        containers it changed are changed here too, in place."""
+        encoder = _Encoder()
+        try:
+            encoded = [encoder.encode(a) for a in args], [[k, encoder.encode(v)] for k, v in kwargs.items()]
+        except Exception as e:  # _NotPlain, or a container whose iteration fails
+            raise self.fail(_CallFailed(f"an argument to {name}() is not plain data: {_message(e)}")) from None
+        self.calls += 1
+        self.send(["call", name, *encoded])
+        caller = (encoder.objects, encoder.tags)
+        reply = self.receive()
+        kind = reply[0] if type(reply) is list and reply else None
+        if kind == "ok" and len(reply) == 3:
+            return self.settle(name, caller, reply[2], lambda decoder: decoder.decode(reply[1]))
+        if kind == "raise" and len(reply) == 3:
+            raise self.settle(name, caller, reply[2], lambda decoder: self.error(name, reply[1]))
+        raise self.fail(_CallFailed(_bad_reason(reply)))
+
+    def next_items(self, name, handle, count, caller):
+        """([items], end) of an iterator `name()` returned: end is None (more may follow), "done", or
+        the exception to raise after the items."""
+        self.send(["next", handle, count])
+        reply = self.receive()
+        if not (type(reply) is list and len(reply) == 4 and reply[0] == "items" and type(reply[1]) is list):
+            raise self.fail(_CallFailed(_bad_reason(reply)))
+        end = reply[2]
+
+        def head(decoder):
+            items = [decoder.decode(item) for item in reply[1]]
+            if end is None or end == "done":
+                return items, end
+            if type(end) is list and len(end) == 2 and end[0] == "raise":
+                return items, self.error(name, end[1])
+            raise _BadWire("malformed end of items")
+
+        return self.settle(name, caller, reply[3], head)
+
+    def settle(self, name, caller, states, head):
+        """Decode a reply's value (`head(decoder)`) and its states with one decoder, write the states
+        into the caller's containers, and return the value."""
+        objects, tags = caller
+        decoder = _Decoder(objects, lambda handle: _remote_items(self, name, handle, caller))
+        try:
+            value = head(decoder)
+            changes = _decode_states(decoder, states, tags)
+        except _DECODE_ERRORS as e:
+            raise self.fail(_CallFailed(f"the solution's process broke the protocol: {e}")) from None
+        for number, new in changes:
+            _write_back(objects[number], tags[number], new)
+        return value
+
+    def error(self, name, info):
+        """The exception the tests see for one the solution raised: the builtin exception itself, or a
+        stand-in subclass of the nearest builtin class for the solution's own classes. Exceptions that
+        would act as control flow here (StopIteration swallowed by map() or all()) and BaseExceptions
+        (SystemExit, KeyboardInterrupt, GeneratorExit, the solution's own) are recorded failures."""
+        if not (type(info) is list and len(info) == 4 and all(type(x) is str for x in info[:3])):
+            raise _BadWire("malformed exception")
+        type_name, base_name, message, args = info
+        args = None if args is None else _Decoder().decode(args)
+        kind = getattr(builtins, base_name, None) if base_name.isidentifier() else None
+        if not (isinstance(kind, type) and issubclass(kind, BaseException)):
+            raise _BadWire("an exception whose builtin class is unknown")
+        if not issubclass(kind, Exception) or issubclass(kind, _CONTROL_FLOW):
+            return self.fail(_CallFailed(f"{name}() raised {type_name}: {message[:200]}"))
+        if type_name != base_name and type_name.isidentifier():
+            kind = _stand_in(type_name, kind)
+        return _instantiate(kind, args if type(args) is tuple else None, message)
+
+
+def _bad_reason(reply):
+    if type(reply) is list and len(reply) == 2 and reply[0] == "bad" and type(reply[1]) is str:
+        return reply[1][:2000]
+    return "malformed reply"
+
+
+def _decode_states(decoder, states, tags):
+    """[(number, new contents)] from a reply's states: each names one changed container of the call,
+    once, with contents of that container's own kind."""
+    if type(states) is not list:
+        raise _BadWire("malformed states")
+    changes, seen = [], set()
+    for state in states:
+        if not (type(state) is list and len(state) == 2 and type(state[0]) is int and type(state[1]) is list):
+            raise _BadWire("malformed state")
+        number, body = state
+        if len(body) != 2 or not 0 <= number < len(tags) or number in seen or body[0] != tags[number]:
+            raise _BadWire("a state for no argument of the call")
+        if tags[number] not in _MUTABLE:
+            raise _BadWire("a state for an immutable argument")
+        seen.add(number)
+        changes.append((number, decoder.container(body[0], body[1], 1, numbered=False)))
+    return changes
+
+
+def _write_back(target, tag, new):
+    """Write the new contents a call gave one of the caller's containers into it, in place, through
+    its base type: the caller's object keeps its identity and its type."""
+    if tag == "L":
+        list.__setitem__(target, slice(None), new)
+    elif tag == "y":
+        bytearray.__setitem__(target, slice(None), new)
+    elif tag == "E":
+        set.clear(target)
+        set.update(target, iter(new))  # iter(): in the solution's order (see _set_in_order)
+    elif tag == "Q":
+        _deque.clear(target)
+        _deque.extend(target, new)
+    elif tag == "O":
+        _OrderedDict.clear(target)
+        _OrderedDict.update(target, new)
+    else:
+        dict.clear(target)
+        dict.update(target, new)
+        if tag == "d":
+            target.default_factory = new.default_factory
+
+
+def _remote_items(channel, name, handle, caller):
+    """A local generator over an iterator that `name()` returned, which stays in the solution's process:
+    items are fetched as the tests take them, 1, 2, 4, ... up to _MAX_BATCH a round trip, so an
+    endless generator costs what the tests take (and at most as many again)."""
+    count = 1
+    while True:
+        items, end = channel.next_items(name, handle, count, caller)
+        yield from items
+        if isinstance(end, BaseException):
+            raise end
+        if end == "done":
+            return
+        count = min(2 * count, _MAX_BATCH)
+
+
+def _stub(channel, name):
+    """A local function that forwards calls to the solution's `name`."""
+
+    def call(*args, **kwargs):
+        return channel.call(name, args, kwargs)
+
+    call.__name__ = call.__qualname__ = name
+    return call
+
+
+def _shadowing(exports, entry_point, tests):
+    """The solution's callables that shadow a builtin in the tests' namespace, as in one interpreter,
+    where that name is the function under test: the entry point, or without one, the builtin-named
+    callables the tests use when they use none of the solution's other callables (an MBPP task
+    `assert round(2.5) == 3`). A builtin with which the tests judge a result of another function
+    (`abs(candidate(x) - y) < 1e-9`, `abs(sum(xs) - 3)`) stays the real one, so a program cannot
+    redefine the judge."""
+    callables = {item[0] for item in exports if type(item) is list and len(item) == 2 and item[1] == "call"}
+    shadowing = {name for name in callables if type(name) is str and hasattr(builtins, name)}
+    if entry_point:
+        return shadowing & {entry_point}
+    if not shadowing:
+        return set()
+    try:
+        used, judges = _uses(tests, callables)
+    except (SyntaxError, ValueError):
+        return set()  # compiling the tests fails the case anyway
+    return set() if used & (callables - shadowing) else (shadowing & used) - judges
+
+
+def _uses(tests, callables):
+    """(names the tests read, those of `callables` the tests call on an expression that calls another
+    of `callables`: judges of its result, not functions under test)."""
+    import ast  # here: only tests of a program that defines a builtin's name need the parser
+
+    used, judges = set(), set()
+    for node in ast.walk(ast.parse(tests)):
+        if isinstance(node, ast.Name):
+            used.add(node.id)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in callables:
+            arguments = node.args + [keyword.value for keyword in node.keywords]
+            inner = {n.func.id for a in arguments for n in ast.walk(a) if isinstance(n, ast.Call)
+                     and isinstance(n.func, ast.Name) and n.func.id in callables}  # fmt: skip
+            if inner - {node.func.id}:
+                judges.add(node.func.id)
+    return used, judges
+
+
+def _bindings(exports, channel, shadowing, packages):
+    """The tests' view of the solution's names: stubs for its callables, this interpreter's own copy
+    of the standard-library (or allowed third-party) modules it imported under their own names.
+    Dunders, builtin names not in `shadowing`, and anything malformed are skipped."""
+    bound = {}
+    for item in exports:
+        if type(item) is not list or len(item) != 2 or type(item[0]) is not str:
+            continue
+        name, kind = item
+        if not name.isidentifier() or name.startswith("__") or (hasattr(builtins, name) and name not in shadowing):
+            continue
+        if kind == "call":
+            bound[name] = _stub(channel, name)
+        elif kind == "module" and (name in sys.stdlib_module_names or name in packages):
+            if name not in ("antigravity", "this"):
+                try:
+                    bound[name] = __import__(name)
+                except Exception:
+                    pass
+    return bound
+
+
+def _run_tests(tests, entry_point, replies_fd, requests_fd, marker_fd, nonce, packages):
+    """The tests' process: bind the solution's names, run the tests and `check(entry_point)`, and write
+    the nonce only if all of it returned normally (or the tests ended with a clean SystemExit, as
+    `unittest.main()` does), no call to the solution failed, and the tests called it at least once."""
+    sys.path[:] = [p for p in sys.path if p not in ("", ".")]  # never import from the working directory
+    channel = _Channel(replies_fd, requests_fd)
+    scope = _main_module("tests.py")
+    try:
+        exports = channel.exports()
+        bound = _bindings(exports, channel, _shadowing(exports, entry_point, tests), packages)
+        if entry_point and entry_point not in bound:
+            raise channel.fail(_CallFailed(f"the program does not define {entry_point}()"))
+        scope.update(bound)
+        _run_trusted(compile(tests, "<tests>", "exec"), scope)
+        if entry_point:
+            _run_trusted(compile(f"check({entry_point})", "<check>", "exec"), scope)
+    except BaseException:
+        gone = [f for f in channel.failures if isinstance(f, _PeerGone)]
+        if gone:  # whatever the tests made of it, the cause is the solution's process ending
+            raise gone[0] from None
+        raise
+    if channel.failures:
+        raise channel.failures[0]
+    if not channel.calls:
+        raise _CallFailed("the tests never called the program")
+    sys.stdout.flush()
+    os.write(marker_fd, nonce)
+
+
+def _run_trusted(code, scope):
+    """Run test code; a SystemExit it raises itself with a success code (0, None, False) is a normal
+    end. (A SystemExit raised by the solution never arrives as one: it is a _CallFailed.)"""
+    try:
+        exec(code, scope)
+    except SystemExit as e:
+        if e.code not in (0, None, False):
+            raise
+
+
+def _tests_main(job, replies_fd, requests_fd, marker_fd):
+    """The tests' role, its harness-level failures reported as one line on stderr (exit 122 when the
+    solution's process ended, else 1)."""
+    try:
+        nonce = job.pop("nonce")
+        _run_tests(job["tests"], job["entry_point"], replies_fd, requests_fd, marker_fd, nonce, job["packages"])
+    except _CallFailed as e:
+        sys.stdout.flush()
+        os.write(2, f"{CALL_FAILED_LINE}{e}\n".encode("utf-8", "replace"))
+        os._exit(PEER_GONE if isinstance(e, _PeerGone) else 1)

@@ -1,0 +1,212 @@
+"""The solution's process: the `script` role (the program as `__main__`, its output compared by the
+parent) and the `serve` role (the program's definitions, then calls to them answered with plain data).
+"""
+
+import builtins
+import os
+import sys
+
+from .wire import (
+    _MAX_BATCH,
+    _MAX_ITERATORS,
+    _MUTABLE,
+    _PAIRS,
+    _Decoder,
+    _Encoder,
+    _NotPlain,
+    _contents,
+    _defaultdict,
+    _error_info,
+    _message,
+    _read_message,
+    _write_message,
+)
+
+_MAIN_BLOCK_ENDED = "__sandbox_main_block_ended__"
+
+
+def _main_module(argv0):
+    """The namespace of a fresh module registered as `__main__`, with `sys.argv` as `python <argv0>`
+    gives it, so `unittest.main()`, pickle and `sys.modules[__name__]` see the code's own names (and
+    not this harness, nor the harness's fds as command-line arguments)."""
+    module = type(sys)("__main__")
+    module.__dict__["__builtins__"] = builtins
+    sys.modules["__main__"] = module
+    sys.argv[:] = [argv0]
+    return module.__dict__
+
+
+def _run_script(program):
+    """stdin/stdout mode: the program runs as __main__; the parent compares its output."""
+    code = compile(program, "<solution>", "exec")
+    exec(code, _main_module("solution.py"))
+
+
+def _is_main_test(ast, test):
+    """Whether an `if` test is `__name__ == "__main__"` (either way round)."""
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq)):
+        return False
+    sides = (test.left, test.comparators[0])
+    names = [s for s in sides if isinstance(s, ast.Name) and s.id == "__name__"]
+    mains = [s for s in sides if isinstance(s, ast.Constant) and s.value == "__main__"]
+    return len(names) == 1 and len(mains) == 1
+
+
+def _compile_solution(program):
+    """The program compiled with each top-level `if __name__ == "__main__":` block wrapped so that
+    whatever the block raises (EOFError from input() on the empty stdin, SystemExit from sys.exit()
+    or unittest.main(), any error of the program's own driver code) ends only that block, with a line
+    on stderr: the program's definitions stay, and the tests judge them."""
+    if "__main__" not in program:
+        return compile(program, "<solution>", "exec")
+    import ast  # here: only a program that may have a main block needs the parser
+
+    tree = ast.parse(program, "<solution>")
+    for index, node in enumerate(tree.body):
+        if isinstance(node, ast.If) and _is_main_test(ast, node.test):
+            report = ast.Expr(ast.Call(ast.Name(_MAIN_BLOCK_ENDED, ast.Load()), [], []))
+            handler = ast.ExceptHandler(ast.Name("BaseException", ast.Load()), None, [report])
+            tree.body[index] = ast.copy_location(ast.Try([node], [handler], [], []), node)
+    return compile(ast.fix_missing_locations(tree), "<solution>", "exec")
+
+
+def _main_block_ended():
+    """Called in the handler around a main block: says on stderr how it ended (not a failure)."""
+    error = sys.exc_info()[1]
+    line = f"sandbox: the program's main block ended with {type(error).__name__}: {_message(error)[:200]}\n"
+    try:
+        os.write(2, line.encode("utf-8", "replace"))
+    except OSError:  # the program closed its stderr
+        pass
+
+
+def _snapshot(value, tag):
+    """What a mutable container holds, flat, for an identity comparison (None for immutable ones)."""
+    if tag not in _MUTABLE:
+        return None
+    items = _contents(value, tag)
+    flat = [part for pair in items for part in pair] if tag in _PAIRS else items
+    if tag == "d":
+        flat.append(_defaultdict.default_factory.__get__(value))
+    return flat
+
+
+class _Arguments:
+    """The containers a call received, numbered as in its request, and what they held when last sent,
+    so that those the call changed in place (items compared by identity: a reordering, a replaced or
+    an added item counts) go back to the tests' process and into the caller's own objects."""
+
+    def __init__(self, objects, tags):
+        self.objects, self.tags = objects, tags
+        self.before = [_snapshot(value, tag) for value, tag in zip(objects, tags)]
+
+    def states(self, encoder):
+        """[[number, [tag, new contents]], ...] for the containers changed since the last look."""
+        states = []
+        for number, (value, tag) in enumerate(zip(self.objects, self.tags)):
+            before = self.before[number]
+            if before is None:
+                continue
+            now = _snapshot(value, tag)
+            if len(now) != len(before) or any(a is not b for a, b in zip(now, before)):
+                states.append([number, [tag, encoder.body(value, tag, 1)]])
+                self.before[number] = now
+        return states
+
+
+def _serve(program, requests_fd, replies_fd):
+    """Run the solution, report its names (functions and classes as callables, modules by their own
+    name), then answer calls and iterator requests until the tests' process closes the channel."""
+    namespace = _main_module("solution.py")
+    namespace[_MAIN_BLOCK_ENDED] = _main_block_ended
+    exec(_compile_solution(program), namespace)
+    namespace.pop(_MAIN_BLOCK_ENDED, None)
+    _write_message(replies_fd, ["ready", _exports(namespace)])
+    iterators = []  # (iterator, the _Arguments of the call that returned it), by handle
+    while True:
+        try:
+            request = _read_message(requests_fd)
+        except EOFError:
+            return
+        kind = request[0] if type(request) is list and request else None
+        if kind == "call" and len(request) == 4:
+            reply = _answer(namespace, request, iterators)
+        elif kind == "next" and len(request) == 3:
+            reply = _next_items(request, iterators)
+        else:
+            reply = ["bad", "malformed request"]
+        _write_message(replies_fd, reply)
+
+
+def _exports(namespace):
+    """[name, "call" | "module"] for the solution's public names the tests may use."""
+    module_type = type(sys)
+    exports = []
+    for name, value in list(namespace.items()):
+        if not isinstance(name, str) or name.startswith("__"):
+            continue
+        if isinstance(value, module_type):
+            if getattr(value, "__name__", None) == name:
+                exports.append([name, "module"])
+        elif callable(value):
+            exports.append([name, "call"])
+    return exports
+
+
+def _answer(namespace, request, iterators):
+    """The reply to ["call", name, args, kwargs]: ["ok", value, states] | ["raise", error, states] |
+    ["bad", reason]; `states` holds the new contents of the argument containers the call changed."""
+    try:
+        _, name, args, kwargs = request
+        function = namespace[name]
+        decoder = _Decoder()
+        args = [decoder.decode(a) for a in args]
+        kwargs = {str(k): decoder.decode(v) for k, v in kwargs}
+    except Exception as e:
+        return ["bad", f"malformed call ({type(e).__name__})"]
+    arguments = _Arguments(decoder.objects, decoder.tags)
+    encoder = _Encoder(arguments.objects, lambda iterator: _hand_over(iterators, iterator, arguments))
+    try:
+        result = function(*args, **kwargs)
+    except BaseException as e:  # SystemExit too: the tests' process reports it as a failed call
+        head = ["raise", _error_info(e)]
+    else:
+        try:
+            head = ["ok", encoder.encode(result)]
+        except Exception as e:  # _NotPlain, or a container whose iteration fails
+            return ["bad", f"the result of {name}() is not plain data: {_message(e)}"]
+    try:
+        return head + [arguments.states(encoder)]
+    except Exception as e:
+        return ["bad", f"an argument of {name}() holds data that is not plain after the call: {_message(e)}"]
+
+
+def _hand_over(iterators, iterator, arguments):
+    """Keep an iterator a call returned; its handle lets the tests' process ask for its items."""
+    if len(iterators) >= _MAX_ITERATORS:
+        raise _NotPlain(f"more than {_MAX_ITERATORS} iterators handed over")
+    iterators.append((iterator, arguments))
+    return len(iterators) - 1
+
+
+def _next_items(request, iterators):
+    """The reply to ["next", handle, count]: ["items", values, end, states], where `end` is None (more
+    may follow), "done", or ["raise", error]; the states are those of the arguments of the call that
+    returned the iterator, which its items may still change."""
+    _, handle, count = request
+    if not (type(handle) is int and 0 <= handle < len(iterators) and type(count) is int and 0 < count):
+        return ["bad", "malformed request for items"]
+    iterator, arguments = iterators[handle]
+    items, end = [], None
+    try:
+        while len(items) < min(count, _MAX_BATCH):
+            items.append(next(iterator))
+    except StopIteration:
+        end = "done"
+    except BaseException as e:  # the tests' process reports it where the tests reach it
+        end = ["raise", _error_info(e)]
+    encoder = _Encoder(arguments.objects, lambda more: _hand_over(iterators, more, arguments))
+    try:
+        return ["items", [encoder.encode(item) for item in items], end, arguments.states(encoder)]
+    except Exception as e:
+        return ["bad", f"an item of an iterator is not plain data: {_message(e)}"]

@@ -1,0 +1,376 @@
+"""The plain data that crosses between the solution's process and the tests' process, and its framing.
+
+A message is 4 bytes of big-endian length and then that much ASCII JSON (lone surrogates travel as
+escapes); a frame over _MAX_FRAME_BYTES, or one that is not JSON, is `_BadWire`, and a closed channel is
+EOFError. A value is `[tag, payload]`: scalars (None, bool, int, float, complex, str, bytes, Fraction,
+Decimal, range; numpy scalars as the Python scalar they hold) and the builtin and `collections`
+containers of them. Each container of a message is numbered depth first, and a later reference to it is
+`["R", n]`, so aliasing survives; `["A", n]` names the n-th container of the call's own request (an
+argument coming back), `["G", n]` an iterator that stays in the solution's process. A value nested
+deeper than _MAX_DEPTH, or containing itself, is `_NotPlain` when encoded and `_BadWire` when decoded;
+anything malformed decodes to one of _DECODE_ERRORS, never to a value of another type. A raised
+exception travels as `_error_info`.
+
+The requests and replies built from these values (call, next, ready, ok, raise, items, bad) are
+written and read in `solution.py` and `judge.py`.
+"""
+
+import builtins
+import collections  # already loaded by json (through re and functools): costs nothing here
+import json
+import os
+import sys
+
+_MAX_DEPTH = 100  # nesting of a value; deeper (or self-containing) values are not plain data
+_MAX_FRAME_BYTES = 256 << 20
+_MAX_EXPORTS = 10_000
+_MAX_ITERATORS = 100_000  # live iterators one solution's process may hand over
+_MAX_BATCH = 1024  # items of an iterator fetched per round trip (the batch doubles from 1)
+_OrderedDict, _Counter, _defaultdict, _deque = (
+    collections.OrderedDict, collections.Counter, collections.defaultdict, collections.deque
+)  # fmt: skip
+# Container tags, subclasses before their bases; each container of a message gets a number (below).
+_CONTAINERS = (
+    (_OrderedDict, "O"), (_Counter, "K"), (_defaultdict, "d"), (dict, "D"), (list, "L"), (tuple, "T"),
+    (set, "E"), (frozenset, "Z"), (bytearray, "y"), (_deque, "Q"),
+)  # fmt: skip
+_EXACT_CONTAINERS = dict(_CONTAINERS)
+_CONTAINER_TAGS = frozenset(tag for _, tag in _CONTAINERS)
+_PAIRS = frozenset("OKdD")  # tags whose contents are key-value pairs
+_MUTABLE = frozenset("OKdDLEyQ")  # tags of the containers a call may change in place
+_CONTENTS = {
+    "O": _OrderedDict.items, "K": dict.items, "d": dict.items, "D": dict.items, "L": list.__iter__,
+    "T": tuple.__iter__, "E": set.__iter__, "Z": frozenset.__iter__, "y": bytearray.__iter__, "Q": _deque.__iter__,
+}  # fmt: skip
+_FACTORIES = {t.__name__: t for t in (int, float, complex, str, bytes, bool, list, tuple, dict, set, frozenset)}
+_BUILDING = object()  # a container whose number is taken while its items are decoded
+
+
+class _NotPlain(Exception):
+    """A value that has no plain-data form."""
+
+
+class _BadWire(Exception):
+    """A message that breaks the protocol (only a hostile solution's process sends one)."""
+
+
+_DECODE_ERRORS = (_BadWire, ValueError, TypeError, RecursionError, ArithmeticError, IndexError)
+
+
+def _scalar(value):
+    """[tag, payload] of None, a bool, number, str or bytes (a subclass as its base type), else None."""
+    kind = type(value)
+    if kind is int:
+        return ["I", format(value, "x")]
+    if kind is str:
+        return ["S", value]
+    if value is None or value is True or value is False:
+        return ["N" if value is None else "B", value]
+    if isinstance(value, int):
+        return ["I", format(int.__int__(value), "x")]
+    if isinstance(value, float):
+        return ["F", float.hex(float.__float__(value))]
+    if isinstance(value, complex):
+        return ["C", [float.hex(float(value.real)), float.hex(float(value.imag))]]
+    if isinstance(value, str):
+        return ["S", str.__str__(value)]
+    if isinstance(value, bytes):
+        return ["Y", bytes(value).hex()]
+    return None
+
+
+def _container_tag(value):
+    tag = _EXACT_CONTAINERS.get(type(value))
+    if tag is not None:
+        return tag
+    for kind, tag in _CONTAINERS:
+        if isinstance(value, kind):
+            return tag
+    return None
+
+
+def _contents(value, tag):
+    """A container's items (key-value pairs for mappings), read through its base type."""
+    return list(_CONTENTS[tag](value))
+
+
+def _factory_name(factory):
+    """A defaultdict's default factory by name, if it is a builtin type (else None: no default)."""
+    return next((name for name, kind in _FACTORIES.items() if kind is factory), None)
+
+
+class _Encoder:
+    """Values as JSON-ready tagged data, [tag, payload]. Each container gets the next number of the
+    message when first met (depth first, in order), and a later reference to it is sent as ["R", n], so
+    aliasing survives the trip; a value that contains itself is not plain data. `known` holds the
+    other side's objects (a call's containers, numbered as in its request): they are sent as ["A", n].
+    `hand_over` (solution's replies only) keeps an iterator in this process and numbers it."""
+
+    def __init__(self, known=(), hand_over=None):
+        self.known = {id(value): number for number, value in enumerate(known)} if known else {}
+        self.numbers, self.objects, self.tags, self.open = {}, [], [], set()
+        self.hand_over = hand_over
+
+    def encode(self, value, depth=0):
+        kind = type(value)
+        if kind is int:  # the commonest types first, without a call
+            return ["I", format(value, "x")]
+        if kind is str:
+            return ["S", value]
+        if depth > _MAX_DEPTH:
+            raise _NotPlain(f"nested deeper than {_MAX_DEPTH} levels")
+        scalar = _scalar(value)
+        if scalar is not None:
+            return scalar
+        key = id(value)
+        if key in self.known:
+            return ["A", self.known[key]]
+        if key in self.numbers:
+            if key in self.open:
+                raise _NotPlain("it contains itself")
+            return ["R", self.numbers[key]]
+        tag = _container_tag(value)
+        if tag is None:
+            return self.other(value)
+        self.numbers[key] = len(self.objects)
+        self.objects.append(value)
+        self.tags.append(tag)
+        self.open.add(key)
+        payload = self.body(value, tag, depth)
+        self.open.discard(key)
+        return [tag, payload]
+
+    def body(self, value, tag, depth):
+        """A container's payload: its items or pairs; deque and defaultdict put their maxlen and
+        default factory first; a bytearray is hex."""
+        contents = _contents(value, tag)
+        if tag == "y":
+            return bytes(contents).hex()
+        if tag in _PAIRS:
+            items = [[self.encode(k, depth + 1), self.encode(v, depth + 1)] for k, v in contents]
+        else:
+            items = [self.encode(item, depth + 1) for item in contents]
+        if tag == "d":
+            return [_factory_name(_defaultdict.default_factory.__get__(value)), items]
+        if tag == "Q":
+            return [_deque.maxlen.__get__(value), items]
+        return items
+
+    def other(self, value):
+        """Fractions, decimals, ranges, numpy scalars (as the Python scalar they hold) and, in the
+        solution's replies, iterators; anything else raises _NotPlain."""
+        fractions, decimal, numpy = (sys.modules.get(name) for name in ("fractions", "decimal", "numpy"))
+        if fractions is not None and isinstance(value, fractions.Fraction):
+            return ["Fr", [format(int(value.numerator), "x"), format(int(value.denominator), "x")]]
+        if decimal is not None and isinstance(value, decimal.Decimal):
+            return ["Dc", str(value)]
+        if isinstance(value, range):
+            return ["Rg", [format(n, "x") for n in (value.start, value.stop, value.step)]]
+        if numpy is not None and isinstance(value, numpy.generic) and _scalar(value.item()) is not None:
+            return _scalar(value.item())
+        if self.hand_over is not None and hasattr(type(value), "__next__"):
+            return ["G", self.hand_over(value)]
+        raise _NotPlain(f"{type(value).__name__!r} is not plain data")
+
+
+_SCALAR_PARSERS = {"I": lambda text: int(text, 16), "F": float.fromhex, "S": str, "Y": bytes.fromhex}
+
+
+def _scalar_value(tag, payload):
+    """The value of a scalar [tag, payload] (see _scalar and _Encoder.other)."""
+    if (tag == "N" and payload is None) or (tag == "B" and type(payload) is bool):
+        return payload
+    if tag in ("I", "F", "S", "Y", "Dc") and type(payload) is str:
+        if tag == "Dc":
+            import decimal  # here: only a message that holds a Decimal needs the module
+
+            return decimal.Decimal(payload)
+        return _SCALAR_PARSERS[tag](payload)
+    if tag in ("C", "Fr", "Rg") and type(payload) is list and all(type(p) is str for p in payload):
+        if tag == "C" and len(payload) == 2:
+            return complex(float.fromhex(payload[0]), float.fromhex(payload[1]))
+        if tag == "Rg" and len(payload) == 3:
+            return range(*(int(p, 16) for p in payload))  # base 16: linear in the length, no digit limit
+        if tag == "Fr" and len(payload) == 2:
+            import fractions  # here: only a message that holds a Fraction needs the module
+
+            return fractions.Fraction(int(payload[0], 16), int(payload[1], 16))
+    raise _BadWire(f"malformed value with tag {tag[:8]!r}")
+
+
+class _InOrder:
+    """Mixin of the set types below: iterate in the sender's order while the elements are the ones sent."""
+
+    __slots__ = ()
+
+    def __iter__(self):
+        if len(self) == len(self.order) and all(item in self for item in self.order):
+            return iter(self.order)
+        return super().__iter__()
+
+
+class _SetInOrder(_InOrder, set):
+    """A set that iterates and prints in the order the solution's set did (see _set_in_order)."""
+
+    def __init__(self, items=()):
+        set.__init__(self, items)
+        self.order = tuple(items)
+
+    def __repr__(self):
+        return "{" + ", ".join(map(repr, self)) + "}" if self else "set()"
+
+
+class _FrozenSetInOrder(_InOrder, frozenset):
+    """A frozenset that iterates and prints in the order the solution's did (see _set_in_order)."""
+
+    def __new__(cls, items=()):
+        value = frozenset.__new__(cls, items)
+        value.order = tuple(items)
+        return value
+
+    def __repr__(self):
+        return "frozenset({" + ", ".join(map(repr, self)) + "})" if self else "frozenset()"
+
+
+def _set_in_order(tag, items):
+    """A set (frozenset) that iterates in the sender's order. Inserting the items in that order gives
+    a plain set with that order, unless the sender's table was larger or held deleted slots (a set
+    that grew, then lost elements); then a subclass that iterates and prints in the sender's order."""
+    kind, ordered = (set, _SetInOrder) if tag == "E" else (frozenset, _FrozenSetInOrder)
+    value = kind(items)
+    if len(value) != len(items):
+        raise _BadWire("a set with equal elements")
+    if all(a is b for a, b in zip(value, items)):
+        return value
+    return ordered(items)
+
+
+def _build(tag, extra, items):
+    """The container of `tag` holding the decoded `items` (pairs for mappings)."""
+    if tag == "L":
+        return items
+    if tag == "T":
+        return tuple(items)
+    if tag in ("E", "Z"):
+        return _set_in_order(tag, items)
+    if tag == "D":
+        return dict(items)
+    if tag == "O":
+        return _OrderedDict(items)
+    if tag == "K":
+        counter = _Counter()
+        dict.update(counter, items)  # as they are: Counter.update would add counts
+        return counter
+    if tag == "d" and (extra is None or (type(extra) is str and extra in _FACTORIES)):
+        return _defaultdict(_FACTORIES.get(extra), items)
+    if tag == "Q" and (extra is None or (type(extra) is int and extra >= 0)):
+        return _deque(items, extra)
+    raise _BadWire(f"malformed {tag} container")
+
+
+class _Decoder:
+    """Rebuilds `_Encoder` messages from builtin and standard-library types only; anything malformed
+    raises one of _DECODE_ERRORS. `known`: the caller's containers by their number in its request;
+    `remote(handle)`: the tests' local generator over an iterator the solution handed over."""
+
+    def __init__(self, known=(), remote=None):
+        self.known, self.remote = known, remote
+        self.objects, self.tags = [], []
+
+    def decode(self, item, depth=0):
+        if depth > _MAX_DEPTH or type(item) is not list or len(item) != 2 or type(item[0]) is not str:
+            raise _BadWire("malformed value")
+        tag, payload = item
+        if tag == "S" and type(payload) is str:
+            return payload
+        if tag in _CONTAINER_TAGS:
+            return self.container(tag, payload, depth)
+        if tag in ("A", "R", "G"):
+            return self.reference(tag, payload)
+        return _scalar_value(tag, payload)
+
+    def container(self, tag, payload, depth, numbered=True):
+        """A container from its payload, numbered as the encoder numbered it; a state (new contents
+        for one of the caller's containers, which has its number) is not numbered."""
+        number = len(self.objects)
+        if numbered:
+            self.objects.append(_BUILDING)
+            self.tags.append(tag)
+        if tag == "y":
+            value = bytearray.fromhex(payload)
+        else:
+            extra, items = payload if tag in ("d", "Q") else (None, payload)
+            if type(items) is not list:
+                raise _BadWire(f"malformed {tag} container")
+            if tag in _PAIRS:
+                items = [self.pair(pair, depth) for pair in items]
+            else:
+                items = [self.decode(item, depth + 1) for item in items]
+            value = _build(tag, extra, items)
+        if numbered:
+            self.objects[number] = value
+        return value
+
+    def pair(self, pair, depth):
+        if type(pair) is not list or len(pair) != 2:
+            raise _BadWire("malformed key-value pair")
+        return self.decode(pair[0], depth + 1), self.decode(pair[1], depth + 1)
+
+    def reference(self, tag, number):
+        if type(number) is not int or number < 0:
+            raise _BadWire("malformed reference")
+        if tag == "A" and number < len(self.known):
+            return self.known[number]
+        if tag == "R" and number < len(self.objects) and self.objects[number] is not _BUILDING:
+            return self.objects[number]
+        if tag == "G" and self.remote is not None:
+            return self.remote(number)
+        raise _BadWire(f"a reference ({tag}) to nothing")
+
+
+def _write_message(fd, message, write=os.write):
+    """One length-prefixed JSON message (ASCII: lone surrogates travel as escapes)."""
+    data = json.dumps(message, separators=(",", ":")).encode("ascii")
+    view = memoryview(len(data).to_bytes(4, "big") + data)
+    while view:
+        view = view[write(fd, view) :]
+
+
+def _read_exact(fd, size, read=os.read):
+    chunks, got = [], 0
+    while got < size:
+        chunk = read(fd, min(size - got, 1 << 20))
+        if not chunk:
+            raise EOFError("the other process closed the channel")
+        chunks.append(chunk)
+        got += len(chunk)
+    return b"".join(chunks)
+
+
+def _read_message(fd):
+    """One message from `_write_message`; EOFError if the sender is gone, _BadWire if it is malformed."""
+    size = int.from_bytes(_read_exact(fd, 4), "big")
+    if size > _MAX_FRAME_BYTES:
+        raise _BadWire(f"message of {size} bytes")
+    try:
+        return json.loads(_read_exact(fd, size))
+    except (ValueError, RecursionError) as e:
+        raise _BadWire(f"message is not JSON ({type(e).__name__})") from None
+
+
+def _error_info(error):
+    """[type name, name of its nearest builtin class, message, args or None] of a raised exception."""
+    kind = type(error)
+    base = next((c.__name__ for c in kind.__mro__ if getattr(builtins, c.__name__, None) is c), "BaseException")
+    try:
+        args = _Encoder().encode(tuple(error.args))
+    except Exception:  # args that are not plain data: the message stands in for them
+        args = None
+    return [kind.__name__, base, _message(error), args]
+
+
+def _message(error):
+    try:
+        return str(error)[:2000]
+    except Exception:
+        return "<unprintable>"

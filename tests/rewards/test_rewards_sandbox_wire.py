@@ -1,0 +1,290 @@
+"""The runner's wire formats on their own, without starting a sandbox: the plain data that crosses between
+the solution's process and the tests' process (grpo_jax/rewards/sandbox_runner/wire.py), its framing and
+limits, and the parent-runner contract (job.py). A value comes back equal, of the same type and with its
+aliasing; a value with no plain form is `_NotPlain` when sent; anything malformed that arrives is one of
+`_DECODE_ERRORS` (never a value of another type), a closed channel EOFError."""
+
+import collections
+import fractions
+import json
+import math
+import os
+import sys
+import threading
+from decimal import Decimal
+
+import pytest
+
+from grpo_jax.rewards.sandbox_runner import job, wire
+
+ROUND_TRIPS = {
+    "none": None,
+    "bools": [True, False],
+    "ints": [0, -1, 2**64, -(3**500)],
+    "floats": [1.5, -0.0, float("inf"), 1e-310],
+    "complex": 1.5 - 2j,
+    "str": "héllo \U0001f600 \udc80",  # a lone surrogate too: it travels as an escape
+    "bytes": b"\x00\xff",
+    "fraction": fractions.Fraction(-3, 7),
+    "decimal": Decimal("1.10"),
+    "range": range(-5, 10**30, 3),
+    "tuple": (1, ("a", b"b"), ()),
+    "dict": {"a": 1, 2: [3], (4, 5): None, frozenset({6}): {}},
+    "set": {1, "x", (2, 3)},
+    "frozenset": frozenset({1, 2}),
+    "bytearray": bytearray(b"ab"),
+    "deque": collections.deque([1, 2], maxlen=5),
+    "ordered": collections.OrderedDict([("b", 1), ("a", 2)]),
+    "counter": collections.Counter("abca"),
+    "defaultdict": collections.defaultdict(list, {"k": [1]}),
+    "empty": [[], {}, set(), (), "", b""],
+}
+
+
+def round_trip(value, known=(), remote=None):
+    return wire._Decoder(known, remote).decode(json.loads(json.dumps(wire._Encoder(known).encode(value))))
+
+
+@pytest.mark.parametrize("name", sorted(ROUND_TRIPS))
+def test_plain_data_comes_back_equal_and_of_the_same_type(name):
+    value = ROUND_TRIPS[name]
+    back = round_trip(value)
+    assert repr(back) == repr(value) and type(back) is type(value)
+
+
+def test_numbers_keep_their_exact_value():
+    back = round_trip([float("nan"), -0.0, 10**5000, True, 1])
+    assert math.isnan(back[0]) and math.copysign(1, back[1]) == -1.0
+    assert back[2] == 10**5000  # hex on the wire: no digit limit
+    assert back[3] is True and type(back[4]) is int
+
+
+def test_subclasses_of_scalars_arrive_as_their_base_type():
+    class Int(int):
+        def __eq__(self, other):
+            return True
+
+    class Str(str):
+        pass
+
+    back = round_trip([Int(3), Str("s")])
+    assert back == [3, "s"] and type(back[0]) is int and type(back[1]) is str
+
+
+def test_container_subclasses_arrive_as_their_base_type_with_their_base_contents():
+    class Rigged(list):
+        def __iter__(self):
+            return iter([99])
+
+    back = round_trip(Rigged([1, 2]))
+    assert back == [1, 2] and type(back) is list
+
+
+def test_aliasing_survives_and_distinct_equal_containers_stay_distinct():
+    shared = [1]
+    back = round_trip([shared, shared, [1], {"k": shared}])
+    assert back[0] is back[1] is back[3]["k"] and back[2] is not back[0]
+
+
+def test_a_container_that_holds_itself_is_not_plain_data():
+    loop = []
+    loop.append(loop)
+    with pytest.raises(wire._NotPlain, match="contains itself"):
+        wire._Encoder().encode(loop)
+
+
+def test_nesting_is_limited_both_ways():
+    deep = []
+    for _ in range(wire._MAX_DEPTH + 1):
+        deep = [deep]
+    with pytest.raises(wire._NotPlain, match=f"nested deeper than {wire._MAX_DEPTH} levels"):
+        wire._Encoder().encode(deep)
+    message = ["L", []]
+    for _ in range(wire._MAX_DEPTH + 1):
+        message = ["L", [message]]
+    with pytest.raises(wire._BadWire):
+        wire._Decoder().decode(message)
+
+
+@pytest.mark.parametrize("value", [object(), print, type, ValueError("x"), sys])
+def test_other_objects_are_not_plain_data(value):
+    with pytest.raises(wire._NotPlain, match="is not plain data"):
+        wire._Encoder().encode(value)
+
+
+def test_a_defaultdict_with_a_factory_that_is_not_a_builtin_type_loses_its_default():
+    back = round_trip(collections.defaultdict(lambda: 0, {"a": 1}))
+    assert back == {"a": 1} and back.default_factory is None
+
+
+def test_a_set_keeps_the_senders_iteration_order():
+    grown = set(range(100))
+    for n in range(2, 100):
+        grown.discard(n)  # a large table with deleted slots: inserting 0, 1 afresh may order them otherwise
+    grown |= {1000, -7}
+    back = round_trip(grown)
+    assert back == grown and list(back) == list(grown) and isinstance(back, set)
+    assert repr(back) == repr(grown)
+
+
+def test_numpy_scalars_arrive_as_the_python_scalar_they_hold():
+    numpy = pytest.importorskip("numpy")
+    back = round_trip([numpy.int64(3), numpy.float32(0.5), numpy.bool_(True)])
+    assert back == [3, 0.5, True] and [type(v) for v in back] == [int, float, bool]
+
+
+def test_known_objects_travel_as_references_to_the_callers_own():
+    argument = [3, 1, 2]
+    encoded = wire._Encoder([argument]).encode([argument])
+    assert encoded == ["L", [["A", 0]]]
+    back = wire._Decoder([argument]).decode(encoded)
+    assert back[0] is argument
+
+
+def test_iterators_are_handed_over_only_where_the_encoder_allows():
+    handles = []
+    encoder = wire._Encoder(hand_over=lambda iterator: handles.append(iterator) or len(handles) - 1)
+    generator = (n for n in range(3))
+    assert encoder.encode([generator]) == ["L", [["G", 0]]] and handles == [generator]
+    assert wire._Decoder(remote=lambda handle: f"remote {handle}").decode(["G", 7]) == "remote 7"
+    with pytest.raises(wire._NotPlain):
+        wire._Encoder().encode(iter([1]))
+
+
+MALFORMED = {
+    "not a pair": "x",
+    "short": ["S"],
+    "tag not a string": [1, 2],
+    "unknown tag": ["Zz", 1],
+    "str payload": ["S", 1],
+    "int digits": ["I", "zz"],
+    "float": ["F", 1.0],
+    "complex": ["C", ["0x1p+0"]],
+    "fraction by zero": ["Fr", ["1", "0"]],
+    "range step 0": ["Rg", ["0", "1", "0"]],
+    "decimal": ["Dc", "not a number"],
+    "bool": ["B", 1],
+    "list payload": ["L", "abc"],
+    "pair": ["D", [["S", "a"]]],
+    "unhashable key": ["D", [[["L", []], ["N", None]]]],
+    "equal set elements": ["E", [["I", "1"], ["F", "0x1p+0"]]],
+    "deque maxlen": ["Q", [-1, []]],
+    "defaultdict factory": ["d", ["eval", []]],
+    "bytearray hex": ["y", "zz"],
+    "reference to nothing": ["R", 0],
+    "reference to a container being built": ["L", [["R", 0]]],
+    "negative reference": ["R", -1],
+    "argument out of range": ["A", 0],
+    "iterator without a channel": ["G", 0],
+}
+
+
+@pytest.mark.parametrize("name", sorted(MALFORMED))
+def test_malformed_values_are_decode_errors(name):
+    with pytest.raises(wire._DECODE_ERRORS):
+        wire._Decoder().decode(MALFORMED[name])
+
+
+def test_a_protocol_violation_names_the_tag():
+    with pytest.raises(wire._BadWire, match="malformed value with tag 'Zz'"):
+        wire._Decoder().decode(["Zz", 1])
+    with pytest.raises(wire._BadWire, match=r"a reference \(R\) to nothing"):
+        wire._Decoder().decode(["R", 3])
+
+
+@pytest.fixture
+def channel():
+    r, w = os.pipe()
+    yield r, w
+    for fd in (r, w):
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
+def test_messages_round_trip_through_a_pipe_as_length_prefixed_ascii_json(channel):
+    r, w = channel
+    message = ["call", "f", [wire._Encoder().encode("\udc80é")], []]
+    wire._write_message(w, message)
+    wire._write_message(w, ["ready", []])
+    size = int.from_bytes(os.read(r, 4), "big")
+    body = os.read(r, size)
+    assert body.isascii() and json.loads(body) == message
+    assert wire._read_message(r) == ["ready", []]
+
+
+def test_short_writes_still_send_the_whole_frame(channel):
+    r, w = channel
+    wire._write_message(w, {"k": "v" * 100}, write=lambda fd, view: os.write(fd, view[:3]))
+    assert wire._read_message(r) == {"k": "v" * 100}
+
+
+def test_a_closed_channel_is_eof_before_and_inside_a_frame(channel):
+    r, w = channel
+    os.write(w, (10).to_bytes(4, "big") + b"[1,")
+    os.close(w)
+    with pytest.raises(EOFError):
+        wire._read_message(r)
+    with pytest.raises(EOFError):
+        wire._read_message(r)
+
+
+def test_a_frame_over_the_limit_is_refused_before_it_is_read(channel):
+    r, w = channel
+    os.write(w, (wire._MAX_FRAME_BYTES + 1).to_bytes(4, "big"))
+    with pytest.raises(wire._BadWire, match=f"message of {wire._MAX_FRAME_BYTES + 1} bytes"):
+        wire._read_message(r)
+
+
+@pytest.mark.parametrize(
+    ("body", "error"), [(b"[1,", "JSONDecodeError"), (b"\xff", "UnicodeDecodeError"), (b"[" * 100_000, "RecursionError")]
+)
+def test_a_frame_that_is_not_json_is_a_protocol_violation(channel, body, error):
+    r, w = channel
+    frame = memoryview(len(body).to_bytes(4, "big") + body)
+    writer = threading.Thread(target=lambda: [os.write(w, frame[n : n + 4096]) for n in range(0, len(frame), 4096)])
+    writer.start()  # larger than a pipe's buffer: written from a thread while it is read
+    with pytest.raises(wire._BadWire, match=f"message is not JSON \\({error}\\)"):
+        wire._read_message(r)
+    writer.join()
+
+
+def test_read_exact_reads_across_short_reads():
+    data = iter([b"ab", b"c", b"def"])
+    assert wire._read_exact(0, 5, read=lambda fd, n: next(data)[:n]) == b"abcde"
+
+
+def test_an_exception_travels_as_its_name_nearest_builtin_class_message_and_args():
+    class BadInput(ValueError):
+        pass
+
+    assert wire._error_info(BadInput("no", 3)) == [
+        "BadInput", "ValueError", "('no', 3)", ["T", [["S", "no"], ["I", "3"]]]
+    ]  # fmt: skip
+    info = wire._error_info(KeyError(object()))
+    assert info[:2] == ["KeyError", "KeyError"] and info[3] is None  # args not plain: the message stands in
+
+
+def test_an_exception_message_is_cut_and_an_unprintable_one_named_so():
+    class Unprintable(Exception):
+        def __str__(self):
+            raise RuntimeError
+
+    assert len(wire._error_info(ValueError("x" * 5000))[2]) == 2000
+    assert wire._message(Unprintable()) == "<unprintable>"
+
+
+def test_the_job_round_trips_and_its_fd_is_closed():
+    sent = {"role": "tests", "nonce": b"\x00" * 16, "limits": {"cpu_s": 1.5}, "layers": {"seccomp": True}}
+    r, w = os.pipe()
+    os.write(w, job.dump_job(sent))
+    os.close(w)
+    assert job._read_job(r) == sent
+    with pytest.raises(OSError):
+        os.close(r)
+
+
+def test_the_exit_codes_and_failure_lines_are_the_documented_ones():
+    assert (job.SETUP_FAILED, job.PEER_GONE, job.CPU_LIMIT_EXIT) == (121, 122, 152)
+    assert (job.SETUP_FAILED_LINE, job.CALL_FAILED_LINE) == ("sandbox_setup_failed:", "sandbox_call_failed: ")
