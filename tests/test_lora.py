@@ -298,13 +298,8 @@ MESH_SCRIPT = textwrap.dedent("""
     tr = train.Trainer(override(TrainConfig(), json.loads(sys.argv[1])), sys.argv[2], quiet=True)
     initial = [np.asarray(x).tolist() for x in jax.tree.leaves(tr.state.params)]
     base0 = [np.asarray(x) for x in jax.tree.leaves(tr.state.base)]
-    from tests.test_train import step_tols
-    metrics, tols = [], []
-    for _ in range(2):
-        params = jax.tree.map(np.asarray, tr.policy_params())  # a copy: the step donates the state
-        out = tr.step_once()
-        metrics.append(out.metrics)
-        tols.append(step_tols(tr, params, out))  # (loss atol, grad-norm rtol) against another program
+    from tests.test_train import steps_with_tols
+    metrics, tols = steps_with_tols(tr, 2)
     frozen = all((a == np.asarray(b)).all() for a, b in zip(base0, jax.tree.leaves(tr.state.base)))
     q = tr.state.params["layers"][0]["q"]
     print(json.dumps({"losses": [m["loss"] for m in metrics], "grad_norms": [m["grad_norm"] for m in metrics],

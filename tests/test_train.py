@@ -148,6 +148,18 @@ def grad_norm_rtol(model_cfg, n_rows: int, row_len: int, delta: float = 0.0) -> 
     return 2 * delta + k * EPS32
 
 
+def steps_with_tols(tr, n: int):
+    """n steps of `tr`: their metrics, and for each the (loss atol, grad-norm rtol) `step_tols` gives it against
+    another program computing the same step."""
+    metrics, tols = [], []
+    for _ in range(n):
+        params = jax.tree.map(np.asarray, tr.policy_params())  # a copy: the step donates the state
+        out = tr.step_once()
+        metrics.append(out.metrics)
+        tols.append(step_tols(tr, params, out))
+    return metrics, tols
+
+
 def step_tols(tr, params, out) -> tuple[float, float]:
     """(loss atol, grad-norm rtol) for one Trainer step `out` (rolled out with `params`) against the same step in
     another float32 program. Loss: the token weights c_t / den sum to 1 and each token's term is -A rho (clipped
@@ -372,13 +384,8 @@ MESH_SCRIPT = textwrap.dedent("""
     items = json.loads(sys.argv[1])
     tr = train.Trainer(override(TrainConfig(), items), sys.argv[2], quiet=True)
     initial = [np.asarray(x).tolist() for x in jax.tree.leaves(tr.state.params)]
-    from tests.test_train import step_tols
-    metrics, tols = [], []
-    for _ in range(2):
-        params = jax.tree.map(np.asarray, tr.policy_params())  # a copy: the step donates the state
-        out = tr.step_once()
-        metrics.append(out.metrics)
-        tols.append(step_tols(tr, params, out))  # (loss atol, grad-norm rtol) against another program
+    from tests.test_train import steps_with_tols
+    metrics, tols = steps_with_tols(tr, 2)
     qkv = tr.state.params["layers"][0]["qkv"]
     print(json.dumps({"losses": [m["loss"] for m in metrics], "grad_norms": [m["grad_norm"] for m in metrics],
                       "loss_tols": [t[0] for t in tols], "grad_rtols": [t[1] for t in tols],
