@@ -75,7 +75,7 @@ def check_exportable(model_cfg: ModelConfig, where: str) -> None:
     output gates, a Qwen2-VL shape transformers would misread, ...): cheap, so it runs before any restore
     and, with checkpoint.export_hf, when the Trainer starts rather than after the last step."""
     try:
-        models.hf.config_to_hf(model_cfg)
+        models.hf.check_hf_writable(model_cfg)
     except models.CheckpointError as e:
         raise ExportError(f"{where}: the policy cannot be written as a transformers checkpoint: {e}") from None
 

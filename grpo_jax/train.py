@@ -135,7 +135,7 @@ class Trainer:
         the previous step with rollout.overlap, and one step earlier still with off-policy rollouts; the
         next rollouts are dispatched as soon as this step's update is, before the host work that follows."""
         cfg, step = self.cfg, self.step
-        k_update = self._step_keys(step)[1]
+        k_sample, k_update = self._step_keys(step)
         change = self.reward_weights.maybe_reload(
             step, on_reject=lambda info: self.logger.event(step, "reward_weights_rejected", **_without_step(info)))
         if change:
@@ -147,7 +147,7 @@ class Trainer:
         t_decoded = time.perf_counter()
         scored = pending.scored.result() if pending.scored is not None else None  # threaded rewards, collected
         params = self._rollout_params() if cfg.dynamic.enabled else None  # later rounds: this step's params
-        exp, dyn_metrics = experience.collect(self.actor, params, self.next_rows, self._step_keys(step)[0],
+        exp, dyn_metrics = experience.collect(self.actor, params, self.next_rows, k_sample,
                                               n_prompts=cfg.prompts_per_step, weights=weights, dynamic=cfg.dynamic,
                                               advantage=cfg.advantage, temperature=pending.temperature,
                                               first=scored or (pending.rows, pending.rollout))
