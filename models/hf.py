@@ -128,6 +128,8 @@ def check_hf_writable(cfg: ModelConfig) -> None:
         raise CheckpointError(f"{cfg.arch} checkpoints always have q/k/v biases: set qkv_bias=True")
     if (cfg.arch == "qwen2_vl") != (cfg.rope_kind == "mrope"):
         raise CheckpointError(f"arch={cfg.arch!r} does not go with rope_kind={cfg.rope_kind!r}")
+    if cfg.rope_kind == "mrope" and cfg.mrope_interleaved:
+        raise CheckpointError("interleaved M-RoPE (Qwen3-VL) cannot be written as a Qwen2-VL checkpoint")
     if cfg.rope_kind == "rope2d":  # no HF text decoder rotates by 2D positions; it would load as plain RoPE
         raise CheckpointError("rope_kind='rope2d' has no Llama/Qwen2/Qwen2-VL checkpoint format (it would load "
                               "back as plain RoPE and compute something else)")
@@ -146,8 +148,6 @@ def config_to_hf(cfg: ModelConfig, base: dict[str, Any] | None = None) -> dict[s
     if cfg.rope_scaling:
         rope.update(rope_type="llama3", **dict(cfg.rope_scaling))
     if cfg.rope_kind == "mrope":
-        if cfg.mrope_interleaved:
-            raise CheckpointError("interleaved M-RoPE (Qwen3-VL) cannot be written as a Qwen2-VL checkpoint")
         rope["mrope_section"] = list(cfg.mrope_sections)
     text = {
         "vocab_size": cfg.vocab_size,
