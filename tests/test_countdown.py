@@ -13,14 +13,16 @@ from grpo_jax.rewards import (
     RewardInputError,
     countdown_numbers_reward,
     countdown_reward,
+    countdown_ops_reward,
     countdown_steps_reward,
     dimension_names,
     evaluate as evaluate_rewards,
 )
 from grpo_jax.rewards import countdown as countdown_module
-from grpo_jax.rewards.countdown import MAX_ANSWER_CHARS, MAX_THOUGHT_CHARS, check_expression, evaluate, parse
+from grpo_jax.rewards.countdown import (MAX_ANSWER_CHARS, MAX_THOUGHT_CHARS, canonical_answer, check_expression,
+                                        evaluate, parse)
 from grpo_jax.tasks import SPLITS, TASKS, CountdownTask, get_task, split_of
-from grpo_jax.tasks.countdown import completion, count_solutions, solve, steps_for
+from grpo_jax.tasks.countdown import completion, count_solutions, random_trace_pass_at_k, solve, steps_for
 
 SAMPLE = {"numbers": [3, 5, 8], "target": 23}
 THINK = "<think>5*3=15, 15+8=23</think>"
@@ -528,3 +530,59 @@ def test_config_specs_with_all_four_dimensions_score_a_matrix():
     with pytest.raises(ValueError, match=r"rewards\.specs\[0\].*unknown kwargs"):
         reward_specs(override(TrainConfig(), ['rewards.specs=[{"name": "countdown_steps", "kwargs": {"x": 1}}]']),
                      CountdownTask())
+
+
+# ------------------------------------------------------------------------------------ countdown_ops
+
+
+@pytest.mark.parametrize("answer, ops, score, reason", [
+    ("(5*3)+8", "+*", 1.0, "ok"),          # correct, in + and *
+    ("(5+3)+8", "+*", 1.0, "ok"),          # wrong value (16): style only
+    ("(8-3)*5", "+*", 0.0, "other_operator"),  # the right numbers, a subtraction
+    ("(8+8)*3", "+*", 0.0, "wrong_numbers"),   # the numbers are judged first
+    ("(8-5)*3", "-*", 1.0, "ok"),          # the operators are the spec's
+    ("8/(5+3)", "+*", 0.0, "other_operator"),
+    ("23", "+*", 0.0, "wrong_numbers"),     # one literal is no expression over the numbers
+    ("(5*3+8", "+*", 0.0, "parse_error"),
+])
+def test_countdown_ops_judges_the_operators_of_an_expression_over_the_numbers(answer, ops, score, reason):
+    result = countdown_ops_reward(f"<think></think><answer>{answer}</answer>", SAMPLE, ops=ops)
+    assert (result.score, result.info["reason"]) == (score, reason)
+
+
+def test_countdown_ops_refuses_a_bad_operator_set():
+    for ops in ("", "+^", 3):
+        with pytest.raises(RewardInputError, match="countdown_ops: ops"):
+            countdown_ops_reward("<answer>(5*3)+8</answer>", SAMPLE, ops=ops)
+    assert countdown_ops_reward("<think>5*3=15</think>", SAMPLE).info["reason"] == "no_answer"
+
+
+# ------------------------------------------------------------------ distinct solutions, the guesser's coverage
+
+
+def _canon(answer: str, sample: dict = SAMPLE) -> str | None:
+    return canonical_answer(f"<think></think><answer>{answer}</answer>", sample)
+
+
+def test_one_solution_written_many_ways_is_one_canonical_answer():
+    same = ["(5*3)+8", "8+(5*3)", "8+5*3", "(3*5)+8", "3*5+8", "((5*3))+8"]
+    assert len({_canon(a) for a in same}) == 1
+    abc = {"numbers": [2, 3, 4], "target": 9}
+    assert len({_canon(a, abc) for a in ["2+3+4", "(2+3)+4", "4+(3+2)", "3+(2+4)"]}) == 1  # one + chain
+    # another solution, or regrouping across - or /, is another canonical answer
+    assert _canon("(8-3)*5") != _canon("(5*3)+8")
+    d = {"numbers": [9, 5, 3], "target": 7}
+    assert _canon("9-(5-3)", d) != _canon("(9+3)-5", d)
+    assert _canon("(5*3)+9") is None and _canon("") is None  # not over the numbers / no answer
+
+
+def test_the_guesser_pass_at_k_by_hand():
+    # numbers 1, 2 (one step): traces 2+1=3, 2-1=1, 2*1=2, 2/1=2 -> 4 traces; target 2 is reached by two of
+    # them, so q = 1/2 and pass@k = 1 - (1/2)^k.
+    assert random_trace_pass_at_k([1, 2], 2, 1) == 0.5
+    assert random_trace_pass_at_k([1, 2], 2, 3) == 1 - 0.5 ** 3
+    assert random_trace_pass_at_k([1, 2], 5, 4) == 0.0
+    # three numbers: the share is count_solutions over every trace, so it never exceeds pass@k = 1
+    row = CountdownTask(n_numbers=3, max_number=50, min_solutions=2).generate("heldout", 1, seed=0)[0]
+    p1 = random_trace_pass_at_k(row["numbers"], row["target"], 1)
+    assert 0 < p1 < 1 and random_trace_pass_at_k(row["numbers"], row["target"], 16) == 1 - (1 - p1) ** 16

@@ -110,9 +110,9 @@ def test_the_gate_measures_a_budget_and_applies_its_rule():
     correct[:, :3] = 1.0
     lengths = np.full((16, 16), 40)
     lengths[:, :3], lengths[:, 3:11] = 33, 20
-    m = gate.measure(correct, lengths, 31, group=16, steps=20, sim_seeds=(0,), gain=0.1)
-    assert m["rate_correct"] == pytest.approx(3 / 16) and m["rate_short"] == pytest.approx(8 / 16)
-    assert m["problems_with_correct_short"] == 0.0
+    m = gate.measure(correct, (lengths <= 31).astype(float), "short", group=16, steps=20, sim_seeds=(0,), gain=0.1)
+    assert m["rate_correct"] == pytest.approx(3 / 16) and m["rate_style"] == pytest.approx(8 / 16)
+    assert m["problems_with_correct_style"] == 0.0
     assert m["pairs"]["mixed_grpo_ties"] == pytest.approx(24 / 39)
     assert m["pairs"]["tie_gdpo_prefers_correct"] == 1.0
     assert m["predicted_gdpo_minus_grpo"] > 0  # the mechanism the simulation has to show

@@ -11,7 +11,8 @@ import path, `{"name": "my_rewards:brevity"}`, with its version from `@user_rewa
 
 from grpo_jax.rewards.base import MissingFieldError, RewardInputError, RewardResult
 from grpo_jax.rewards.code import code_reward
-from grpo_jax.rewards.countdown import countdown_numbers_reward, countdown_reward, countdown_steps_reward
+from grpo_jax.rewards.countdown import (countdown_numbers_reward, countdown_ops_reward, countdown_reward,
+                                         countdown_steps_reward)
 from grpo_jax.rewards.format import format_reward, split_response
 from grpo_jax.rewards.math import answers_equal, math_reward
 from grpo_jax.rewards.penalties import length_penalty, overlong_penalty, repetition_penalty
@@ -39,6 +40,7 @@ __all__ = [
     "answers_equal",
     "code_reward",
     "countdown_numbers_reward",
+    "countdown_ops_reward",
     "countdown_reward",
     "countdown_steps_reward",
     "dimension_names",

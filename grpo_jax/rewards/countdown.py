@@ -1,10 +1,13 @@
-"""Countdown rewards, three binary dimensions of one completion (each 1, or 0 with `info["reason"]`):
+"""Countdown rewards, four binary dimensions of one completion (each 1, or 0 with `info["reason"]`):
 - `countdown`: the answer is an arithmetic expression that uses each of the sample's numbers exactly
   once and equals its target, computed exactly;
 - `countdown_numbers`: the answer is such an expression over exactly the sample's numbers, whatever its
   value (the `countdown` checks up to and including `wrong_numbers`; no arithmetic runs);
 - `countdown_steps`: the thinking is a valid trace over the sample's numbers (below), whatever its
-  final value.
+  final value;
+- `countdown_ops`: the answer is an expression over exactly the sample's numbers using only the operators of
+  `ops` (default + and *), whatever its value: a style that any attempt can meet and a correct answer only
+  where the problem has a solution in those operators.
 At equal weight their sum ties different failures (a valid trace with a right-numbers wrong-value
 answer and a correct answer after a broken trace both score 2): that is what a multi-reward
 advantage estimator has to tell apart, and why they are separate dimensions.
@@ -66,6 +69,7 @@ from grpo_jax.rewards.format import assistant_turn, split_response
 COUNTDOWN_VERSION = "2"
 COUNTDOWN_NUMBERS_VERSION = "2"
 COUNTDOWN_STEPS_VERSION = "2"
+COUNTDOWN_OPS_VERSION = "1"
 MAX_ANSWER_CHARS = 200  # a 4-number answer is ~15 characters; far longer is no expression of the numbers
 MAX_LITERAL_DIGITS = 6  # a sample's numbers are below 10**6 (checked), so a longer literal is foreign
 MAX_DEPTH = 32  # parenthesis nesting; bounds the parser's recursion
@@ -215,6 +219,56 @@ def check_numbers(text: str, numbers: Sequence[int]) -> str:
     return "ok"
 
 
+def operators(node: Node) -> set[str]:
+    """The operators of a syntax tree."""
+    if isinstance(node, str):
+        return set()
+    op, left, right = node
+    return {op} | operators(left) | operators(right)
+
+
+def check_operators(text: str, numbers: Sequence[int], ops: str) -> str:
+    """'ok' when `text` is an expression over exactly `numbers` whose operators are all in `ops`, else the reason
+    (`check_numbers`'s, or 'other_operator')."""
+    try:
+        tree = _tree_over(text, numbers)
+    except _Reject as e:
+        return e.reason
+    return "ok" if operators(tree) <= set(ops) else "other_operator"
+
+
+def _chain(node: Node, op: str) -> list[Node]:
+    """The operands of the maximal `op` chain rooted at `node` (a + (b + c) -> [a, b, c])."""
+    if isinstance(node, str) or node[0] != op:
+        return [node]
+    return _chain(node[1], op) + _chain(node[2], op)
+
+
+def canonical(node: Node) -> str:
+    """A syntax tree written so that two writings of one solution are one string: + and * chains flattened and
+    their operands sorted ((b+a)+c, a+(c+b) -> (a+b+c)), - and / kept as written, every compound in parentheses.
+    Regrouping across - or / is a different solution here (a-(b-c) is not (a+c)-b), as it is a different
+    first step of the task's traces."""
+    if isinstance(node, str):
+        return node
+    op = node[0]
+    if op in "+*":
+        return "(" + op.join(sorted((canonical(x) for x in _chain(node, op)), key=lambda t: (len(t), t))) + ")"
+    return f"({canonical(node[1])}{op}{canonical(node[2])})"
+
+
+def canonical_answer(response: str, sample: Mapping[str, Any], *, think_tag: str = "think",
+                     answer_tag: str = "answer") -> str | None:
+    """The canonical form (`canonical`) of a completion's answer when it is an expression over exactly the
+    sample's numbers, else None: what counts distinct solutions rather than distinct strings."""
+    numbers, _ = _sample_problem(sample)
+    segment = _answer(response, sample, think_tag, answer_tag)
+    try:
+        return canonical(_tree_over(segment, numbers)) if segment else None
+    except _Reject:
+        return None
+
+
 def parse_steps(thought: str) -> list[tuple[int, str, int, int]]:
     """(left, op, right, result) of each comma-separated step of `thought`; raises _Reject("parse_error")."""
     steps = []
@@ -324,3 +378,21 @@ def countdown_steps_reward(
     thought = split_response(turn, think_tag=think_tag, answer_tag=answer_tag).thinking
     info = check_trace(thought, numbers, first)
     return RewardResult(float(info["reason"] == "ok"), info)
+
+
+@reward("countdown_ops", COUNTDOWN_OPS_VERSION)
+def countdown_ops_reward(
+    response: str, sample: Mapping[str, Any], *, ops: str = "+*", think_tag: str = "think", answer_tag: str = "answer"
+) -> RewardResult:
+    """1 if the answer is an expression over exactly `sample["numbers"]` that uses only the operators in `ops`
+    (default "+*": no subtraction or division), whatever its value, else 0 with `info["reason"]`: no_answer, the
+    reasons of `countdown_numbers`, other_operator. A style dimension: any attempt can meet it, a correct answer
+    only on the problems that have a solution in those operators."""
+    if not isinstance(ops, str) or not ops or set(ops) - set("+-*/"):
+        raise RewardInputError(f"countdown_ops: ops must be a non-empty string of + - * /, got {ops!r}")
+    numbers, _ = _sample_problem(sample)
+    segment = _answer(response, sample, think_tag, answer_tag)
+    if not segment:
+        return RewardResult(0.0, {"reason": "no_answer"})
+    reason = check_operators(segment, numbers, ops)
+    return RewardResult(float(reason == "ok"), {"reason": reason, "expression": segment[:200]})

@@ -32,7 +32,8 @@ from grpo_jax.config import REWARD_SPEC_FIELDS
 from grpo_jax.importpath import is_import_path
 from grpo_jax.rewards.base import RewardFn, RewardInputError, RewardResult
 from grpo_jax.rewards.code import code_reward
-from grpo_jax.rewards.countdown import countdown_numbers_reward, countdown_reward, countdown_steps_reward
+from grpo_jax.rewards.countdown import (countdown_numbers_reward, countdown_ops_reward, countdown_reward,
+                                         countdown_steps_reward)
 from grpo_jax.rewards.format import format_reward
 from grpo_jax.rewards.math import math_reward
 from grpo_jax.rewards.penalties import length_budget, length_penalty, overlong_penalty, repetition_penalty
@@ -53,6 +54,7 @@ REWARDS: Mapping[str, RewardFn] = MappingProxyType(
             countdown_reward,
             countdown_numbers_reward,
             countdown_steps_reward,
+            countdown_ops_reward,
             repetition_penalty,
             overlong_penalty,
             length_penalty,

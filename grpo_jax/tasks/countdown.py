@@ -62,6 +62,7 @@ from typing import Any, Iterator, NamedTuple
 
 import numpy as np
 
+from grpo_jax.rewards.countdown import canonical_answer
 from grpo_jax.tasks.base import Row, draw_distinct, formatted
 from grpo_jax.tokenizer import CharTokenizer, Tokenizer
 
@@ -152,6 +153,21 @@ def _count(values: tuple[int, ...], target: int) -> int:
     if len(values) == 2:  # the last step, counted without building it: most of the work lands here
         return _results(*values).count(target)
     return sum(_count(after, target) for _, after in _branches(values))
+
+
+def _count_all(values: tuple[int, ...]) -> int:
+    """The number of traces from the ascending `values` to any final value."""
+    if len(values) == 1:
+        return 1
+    return sum(_count_all(after) for _, after in _branches(values))
+
+
+def random_trace_pass_at_k(numbers: tuple[int, ...] | list[int], target: int, k: int) -> float:
+    """pass@k of a policy that ignores the target and draws k traces uniformly, with replacement, among every
+    trace over the numbers: 1 - (1 - solutions / traces)^k, exact (the coverage a guesser gets; a policy's
+    pass@k means something only above it)."""
+    values = _check_numbers(numbers)
+    return 1.0 - (1.0 - _count(values, target) / _count_all(values)) ** k
 
 
 def expression_of(numbers: tuple[int, ...] | list[int], steps: tuple[Step, ...]) -> str:
@@ -276,6 +292,11 @@ class CountdownTask:
 
     def tokenizer(self) -> Tokenizer:
         return CharTokenizer()
+
+    def canonical_answer(self, text: str, row: Row) -> str | None:
+        """The completion's answer written canonically (`rewards.countdown.canonical`): distinct solutions are
+        counted by it, not by strings."""
+        return canonical_answer(text, row)
 
     def reward_specs(self) -> list[dict[str, Any]]:
         """The exact verifier plus the small format term the other shipped tasks use."""

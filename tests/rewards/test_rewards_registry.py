@@ -16,7 +16,7 @@ def test_unknown_reward_lists_the_known_ones():
     for name in ("math", "format", "code", "science", "translation", "repetition", "overlong", "length"):
         assert name in str(err.value)
     assert set(REWARDS) == {"math", "format", "code", "science", "translation", "countdown", "countdown_numbers",
-                            "countdown_steps", "repetition", "overlong", "length", "length_budget"}
+                            "countdown_steps", "countdown_ops", "repetition", "overlong", "length", "length_budget"}
 
 
 def test_spec_validation():
