@@ -1,6 +1,7 @@
 """Held-out evaluation that can see both collapses: greedy accuracy, and with k samples per problem at
-T = 1 the pass@1 .. pass@k curve and the distinct correct solutions, plus each reward dimension's
-satisfaction and their joint success.
+T = 1 the pass@1 .. pass@k curve and the distinct correct completions (`eval/t1/distinct_correct`: strings; with
+the task's canonical answers `eval/t1/distinct_solutions`: solutions), plus each reward dimension's satisfaction and
+their joint success.
 
     ev = evaluate_problems(actor, params, rows, samples=16)
     metrics = ev.metrics()          # eval/accuracy, eval/t1/pass@1 .. eval/t1/pass@16, eval/satisfied/<dim>, ...
@@ -27,6 +28,7 @@ from grpo_jax.experience import Actor, Row
 
 SAMPLE_SEED = 0x5A3B1E  # the key of the sampled evaluation (fold_in with each chunk's first row index)
 SATISFIED = 1.0 - 1e-6  # a reward at or above this satisfies its dimension
+COVER_TAU = 0.5  # eval/t1/cover@0.5: the share of problems solved by at least half of the samples (`stats.cover_at`)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,11 +39,24 @@ class Evaluation:
     greedy: np.ndarray  # [N, K] rewards of the greedy completion
     sampled: np.ndarray  # [N, k, K] rewards of k completions at T = 1 ([N, 0, K] when not sampled)
     sampled_texts: tuple  # [N * k] those completions, row-major over (problem, sample)
+    # [N * k] each sampled completion's answer in the task's canonical writing (None: no answer it can read); ()
+    # when the task has no `canonical_answer`
+    sampled_canonical: tuple = ()
 
     def per_problem(self) -> dict[str, np.ndarray]:
-        """greedy_correct [N] bool and t1_correct [N] int (how many of the k samples are correct)."""
-        return {"greedy_correct": self.greedy[:, 0] >= SATISFIED,
-                "t1_correct": np.sum(self.sampled[..., 0] >= SATISFIED, axis=1)}
+        """greedy_correct [N] bool and t1_correct [N] int (how many of the k samples are correct); with canonical
+        answers, t1_solutions [N] int (how many distinct solutions the correct samples hold)."""
+        out = {"greedy_correct": self.greedy[:, 0] >= SATISFIED,
+               "t1_correct": np.sum(self.sampled[..., 0] >= SATISFIED, axis=1)}
+        if self.sampled_canonical:
+            out["t1_solutions"] = self._distinct_solutions()
+        return out
+
+    def _distinct_solutions(self) -> np.ndarray:
+        n, k = self.sampled.shape[:2]
+        answers = np.asarray(self.sampled_canonical, dtype=object).reshape(n, k)
+        correct = self.sampled[..., 0] >= SATISFIED
+        return np.array([len(set(a[c]) - {None}) for a, c in zip(answers, correct)], np.int64)
 
     def metrics(self) -> dict[str, float]:
         """Flat `eval/...` figures (see the module docstring); {} for no problems."""
@@ -64,6 +79,9 @@ class Evaluation:
         texts = np.asarray(self.sampled_texts, dtype=object).reshape(n, k)
         out["eval/t1/distinct_correct"] = float(np.mean([len(set(t[c])) for t, c in zip(texts, correct)]))
         out["eval/t1/distinct"] = float(np.mean([len(set(t)) for t in texts]))
+        out[f"eval/t1/cover@{COVER_TAU:g}"] = stats.cover_at(np.full(n, k), correct.sum(axis=1), COVER_TAU)
+        if self.sampled_canonical:
+            out["eval/t1/distinct_solutions"] = float(np.mean(self._distinct_solutions()))
         out.update(satisfaction(self.sampled.reshape(n * k, -1), self.dims, "eval/t1"))
         return out
 
@@ -84,14 +102,17 @@ def satisfaction(rewards_NxK: np.ndarray, dims: Sequence[str], prefix: str) -> d
     return out
 
 
-def evaluate_problems(actor: Actor, params, rows: Sequence[Row], *, samples: int = 0,
-                      batch_size: int = 256) -> Evaluation:
+def evaluate_problems(actor: Actor, params, rows: Sequence[Row], *, samples: int = 0, batch_size: int = 256,
+                      canonical=None) -> Evaluation:
     """The greedy completion of every row, and with `samples` = k, k completions at T = 1 each, scored
-    (`batch_size` completions per rollout call)."""
+    (`batch_size` completions per rollout call). canonical: (text, row) -> the answer in the task's canonical
+    writing or None (a task's `canonical_answer`), so distinct solutions are counted, not distinct strings."""
     greedy, _ = _scored(actor, params, rows, group=1, temperature=0.0, batch_size=batch_size)
     sampled, texts = (_scored(actor, params, rows, group=samples, temperature=1.0, batch_size=batch_size)
                       if samples else (np.zeros((len(rows), 0, len(actor.dims)), np.float32), ()))
-    return Evaluation(dims=tuple(actor.dims), greedy=greedy[:, 0], sampled=sampled, sampled_texts=texts)
+    answers = tuple(canonical(t, rows[i // samples]) for i, t in enumerate(texts)) if canonical and samples else ()
+    return Evaluation(dims=tuple(actor.dims), greedy=greedy[:, 0], sampled=sampled, sampled_texts=texts,
+                      sampled_canonical=answers)
 
 
 def evaluate(actor: Actor, params, rows: Sequence[Row], *, samples: int = 0, batch_size: int = 256) -> dict:

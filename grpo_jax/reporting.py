@@ -224,7 +224,10 @@ def _image(path: str, out_dir: str) -> str:
 # ---- a study's tables and plots -----------------------------------------------------------------------
 
 def seed_comparison_table(comparison: dict, scale: float = 100.0) -> str:
-    """Markdown: `compare_seeds` as a table, differences x `scale` (100: points)."""
+    """Markdown: `compare_seeds` as a table, differences x `scale` (100: points); with its tests (a sesoi given),
+    the Holm-adjusted p-values, the equivalence test and the decision instead of the Bonferroni interval."""
+    if "sesoi" in comparison:
+        return _decision_table(comparison, scale)
     c, floor = comparison, comparison["noise_floor"]
     head = (f"`{c['metric']}`, arm - {c['baseline']}, x{scale:g}, paired t-interval over seeds at {100 * c['level']:g}% "
             f"and at the Bonferroni level {100 * c['adjusted_level']:.2f}% ({c['family']} comparisons)")
@@ -237,6 +240,23 @@ def seed_comparison_table(comparison: dict, scale: float = 100.0) -> str:
         adjusted = f"[{scale * e['adjusted']['low']:.1f}, {scale * e['adjusted']['high']:.1f}]"
         lines.append(f"| {arm} | {len(e['seed_list'])} | {stats.format_ci(e['diff'], scale)} | {adjusted} | "
                      f"{per_seed} | {e['verdict'] or 'no floor'} |")
+    return "\n".join(lines)
+
+
+def _decision_table(c: dict, scale: float) -> str:
+    floor = c["noise_floor"]
+    head = (f"`{c['metric']}`, arm - {c['baseline']}, x{scale:g}, paired t over seeds, {100 * c['level']:g}% interval; "
+            f"p two-sided, Holm over the {c['holm_family']} arms of this table; equivalence (TOST) at "
+            f"+-{scale * c['sesoi']:g}")
+    head += (f"; noise floor (null - {c['baseline']}: {stats.format_ci(floor, scale)}) {scale * floor['floor']:.1f}"
+             if floor else "; no null arm")
+    lines = [head, "", "| arm | seeds | difference [95% CI] | p | Holm p | TOST p | per seed | decision |",
+             "|---|---|---|---|---|---|---|---|"]
+    for arm, e in c["arms"].items():
+        per_seed = ", ".join(f"{scale * d:+.1f}" for d in e["diff"]["per_seed"])
+        lines.append(f"| {arm} | {len(e['seed_list'])} | {stats.format_ci(e['diff'], scale)} | "
+                     f"{e['test']['p_value']:.3g} | {e['holm_p']:.3g} | {e['tost']['p_value']:.3g} | {per_seed} | "
+                     f"{e['decision']} |")
     return "\n".join(lines)
 
 

@@ -1,5 +1,6 @@
-"""Statistics for study claims: pass@k, a paired (seeds x problems) bootstrap CI, a paired t-interval over
-seeds, McNemar's test, a calibrated noise floor and the verdict rule that compares a difference with it.
+"""Statistics for study claims: pass@k, a paired (seeds x problems) bootstrap CI, a paired t-interval and t-test
+over seeds, the paired equivalence test (TOST), Holm's adjustment for a family, McNemar's test, a calibrated noise
+floor and the verdict rule that compares a difference with it.
 
 NumPy and the standard library (SciPy for the t quantile), float64 throughout. A claim is a paired 95% CI of mean(b) - mean(a) on
 pre-registered seeds, read beside a noise floor measured by re-running the baseline with only its sampling
@@ -60,6 +61,15 @@ def pass_at_k(n: Any, c: Any, k: int) -> np.ndarray | float:
 def pass_at_k_curve(n: Any, c: Any, ks: Iterable[int]) -> dict[int, float]:
     """{k: mean over problems of `pass_at_k(n, c, k)`} (Chen et al. 2021 average the per-problem estimator)."""
     return {int(k): float(np.mean(pass_at_k(n, c, int(k)))) for k in ks}
+
+
+def cover_at(n: Any, c: Any, tau: float) -> float:
+    """Cover@tau: the share of problems whose sampled success rate c / n is at least tau (n samples, c correct,
+    arrays [P]); tau = 1/n is pass@n's "any correct", larger tau asks for a reliable solve."""
+    n_arr, c_arr = _as_counts(n, "n"), _as_counts(c, "c")
+    if not 0.0 < tau <= 1.0 or n_arr.shape != c_arr.shape or np.any(n_arr < 1) or np.any(c_arr > n_arr):
+        raise ValueError(f"cover_at needs 0 < tau <= 1 and counts 0 <= c <= n, n >= 1 (got tau={tau})")
+    return float(np.mean(c_arr / n_arr >= tau)) if n_arr.size else float("nan")
 
 
 def _replicates(d: np.ndarray, n_boot: int, rng: np.random.Generator) -> np.ndarray:
@@ -129,6 +139,64 @@ def paired_t_ci(a: Any, b: Any, *, level: float = 0.95) -> dict[str, Any]:
     half = float(student_t.ppf((1.0 + level) / 2.0, n - 1)) * sd / math.sqrt(n)
     return {"diff": diff, "low": diff - half, "high": diff + half, "level": float(level), "seeds": int(n),
             "sd": sd, "per_seed": [float(x) for x in d]}
+
+
+def _paired_d(a: Any, b: Any) -> np.ndarray:
+    """d_s = mean_p b[s, p] - mean_p a[s, p] (or b[s] - a[s]), checked as `paired_t_ci` checks them."""
+    return np.asarray(paired_t_ci(a, b)["per_seed"], np.float64)
+
+
+def paired_t_test(a: Any, b: Any) -> dict[str, Any]:
+    """Two-sided paired t-test of mean(b) - mean(a) = 0 with the seed as the unit (the test `paired_t_ci`
+    inverts): t = mean(d) / (sd(d) / sqrt(S)), S - 1 degrees of freedom. Returns {"diff", "t", "p_value",
+    "seeds"}; p = 1 when every d_s is 0, and 0 when they are all one non-zero value."""
+    from scipy.stats import t as student_t
+
+    d = _paired_d(a, b)
+    n, diff, sd = d.size, float(d.mean()), float(d.std(ddof=1))
+    if sd == 0.0:
+        return {"diff": diff, "t": 0.0 if diff == 0.0 else math.copysign(math.inf, diff),
+                "p_value": 1.0 if diff == 0.0 else 0.0, "seeds": int(n)}
+    t = diff / (sd / math.sqrt(n))
+    return {"diff": diff, "t": float(t), "p_value": float(2.0 * student_t.sf(abs(t), n - 1)), "seeds": int(n)}
+
+
+def paired_tost(a: Any, b: Any, *, margin: float, alpha: float = 0.05) -> dict[str, Any]:
+    """Equivalence of b and a within +-margin (Schuirmann's two one-sided tests, paired over seeds): H0 is
+    |mean(b) - mean(a)| >= margin; p = max(p_low, p_high) of the one-sided t-tests of diff > -margin and diff <
+    margin, S - 1 degrees of freedom. `equivalent` when p < alpha, which is the (1 - 2 alpha) t-interval lying
+    inside (-margin, margin), returned as low / high. A null that is `equivalent` says the effect is smaller than
+    the margin; one that is not says too few seeds to tell."""
+    from scipy.stats import t as student_t
+
+    if not margin > 0 or not 0.0 < alpha < 0.5:
+        raise ValueError(f"paired_tost needs margin > 0 and 0 < alpha < 0.5, got margin={margin}, alpha={alpha}")
+    d = _paired_d(a, b)
+    n, diff, se = d.size, float(d.mean()), float(d.std(ddof=1)) / math.sqrt(d.size)
+    if se == 0.0:
+        p_low, p_high = (0.0 if diff > -margin else 1.0), (0.0 if diff < margin else 1.0)
+    else:
+        p_low = float(student_t.sf((diff + margin) / se, n - 1))  # H0: diff <= -margin
+        p_high = float(student_t.cdf((diff - margin) / se, n - 1))  # H0: diff >= margin
+    half = float(student_t.ppf(1.0 - alpha, n - 1)) * se
+    p = max(p_low, p_high)
+    return {"diff": diff, "margin": float(margin), "alpha": float(alpha), "p_value": p, "equivalent": p < alpha,
+            "low": diff - half, "high": diff + half, "seeds": int(n)}
+
+
+def holm(p_values: Iterable[float]) -> list[float]:
+    """Holm's step-down adjustment (Holm 1979) of a family's p-values, in their order: sorted ascending,
+    adj_(i) = max_{j <= i} min(1, (m - j + 1) p_(j)). A hypothesis is rejected at family-wise level alpha when
+    its adjusted p is below alpha; never less powerful than Bonferroni (m p)."""
+    p = np.asarray(list(p_values), np.float64)
+    if np.any(~np.isfinite(p)) or np.any(p < 0) or np.any(p > 1):
+        raise ValueError(f"holm needs p-values in [0, 1], got {p.tolist()}")
+    order = np.argsort(p, kind="stable")
+    m = p.size
+    stepped = np.minimum(1.0, np.maximum.accumulate((m - np.arange(m)) * p[order]))
+    out = np.empty(m)
+    out[order] = stepped
+    return [float(x) for x in out]
 
 
 def mcnemar(a_correct: Any, b_correct: Any) -> dict[str, Any]:

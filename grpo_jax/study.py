@@ -487,13 +487,19 @@ def compare_arms(out: str, arms, seeds, *, baseline: str, null: str | None = Non
 
 
 def compare_seeds(results: dict, *, baseline: str, metric: str, arms, null: str | None = None,
-                  level: float = 0.95, family: int | None = None) -> dict:
+                  level: float = 0.95, family: int | None = None, sesoi: float | None = None) -> dict:
     """Each of `arms` against `baseline` on one per-run figure (`metric`, a key of the arms' summaries), paired by
     seed: the paired t-interval over seeds (`stats.paired_t_ci`, the seed as the unit), the same at the
     Bonferroni level 1 - (1 - level) / family (the pre-registered comparisons; default len(arms)), and with a `null` arm (the
     baseline with only its rollout key changed) the noise floor, floor = max(|low|, |high|) of null - baseline,
     and each arm's `stats.verdict`. Only seeds present in both arms (and the null) are paired; an arm with
-    fewer than 2 such seeds is left out."""
+    fewer than 2 such seeds is left out.
+
+    sesoi (the smallest effect of interest, in the metric's units): also each arm's paired t-test, Holm's
+    adjustment over every arm of the table (`stats.holm`: the family is what the table prints), the equivalence
+    test at +-sesoi (`stats.paired_tost`) and a `decision`: "win" / "loss" when the Holm-adjusted p is below
+    1 - level and the difference clears the noise floor in its direction, else "equivalent" when the TOST p is
+    below 1 - level (the effect is smaller than sesoi), else "inconclusive" (too few seeds to tell)."""
     by_seed = {a: {r["seed"]: r[metric] for r in results.get(a, []) if r.get(metric) is not None} for a in results}
     base = by_seed.get(baseline, {})
     family = family or max(1, len(arms))
@@ -513,7 +519,26 @@ def compare_seeds(results: dict, *, baseline: str, metric: str, arms, null: str 
         entry = {"diff": ci, "adjusted": stats.paired_t_ci(a, b, level=out["adjusted_level"]), "seed_list": seeds,
                  "verdict": stats.verdict(ci, out["noise_floor"]) if out["noise_floor"] else None}
         out["arms"][arm] = entry
+    if sesoi is not None:
+        _decide(out, sesoi, 1.0 - level)
     return out
+
+
+def _decide(comparison: dict, sesoi: float, alpha: float) -> None:
+    """`compare_seeds`' tests, Holm's adjustment over the table's arms and each arm's decision, in place."""
+    entries = comparison["arms"]
+    floor = comparison["noise_floor"]["floor"] if comparison["noise_floor"] else 0.0
+    for e in entries.values():
+        d = e["diff"]["per_seed"]
+        e["test"] = stats.paired_t_test(np.zeros(len(d)), d)
+        e["tost"] = stats.paired_tost(np.zeros(len(d)), d, margin=sesoi, alpha=alpha)
+    for e, adj in zip(entries.values(), stats.holm([e["test"]["p_value"] for e in entries.values()])):
+        diff = e["diff"]["diff"]
+        e["holm_p"] = adj
+        e["decision"] = ("win" if adj < alpha and diff > max(floor, 0.0) else
+                         "loss" if adj < alpha and diff < -floor else
+                         "equivalent" if e["tost"]["equivalent"] else "inconclusive")
+    comparison.update(sesoi=sesoi, holm_family=len(entries))
 
 
 def last_mean(rows: list[dict], key: str, n: int | None = 20) -> float:

@@ -186,7 +186,8 @@ class Trainer:
         (problems.jsonl, for paired statistics) and returns the flat figures."""
         rows = self.eval_rows if rows is None else rows
         ev = evaluation.evaluate_problems(self.actor, self.policy_params(), rows,
-                                          samples=self.cfg.logging.eval_samples if sampled else 0)
+                                          samples=self.cfg.logging.eval_samples if sampled else 0,
+                                          canonical=getattr(self.task, "canonical_answer", None))
         if rows is self.eval_rows and len(rows):
             per_problem = ev.per_problem()
             self.logger.log_problems(self.step, {**per_problem, "samples": ev.sampled.shape[1]} if sampled else

@@ -305,6 +305,13 @@ def test_countdown_smoke_reports_both_collapses_instruments(tmp_path):
         assert 0 <= report[f"pass1_t1_{when}"] <= report[f"pass{k}_t1_{when}"] <= 1
         assert report[f"distinct_correct_{when}"] >= 0 and report[f"satisfied_all_{when}"] >= 0
     assert report["reasoning_entropy_first"] is not None
+    # the sampled evaluations count distinct solutions by the task's canonical answers, per problem too, and a
+    # problem cannot hold more distinct correct solutions than correct samples
+    metrics = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert any("eval/t1/distinct_solutions" in r for r in metrics)
+    problems = [json.loads(x) for x in (tmp_path / "problems.jsonl").read_text().splitlines()]
+    sampled = [p for p in problems if "t1_solutions" in p]
+    assert sampled and all(s <= c for p in sampled for s, c in zip(p["t1_solutions"], p["t1_correct"]))
     # the task's properties: the smoke held-out rows' own solver counts, and reasoning tokens per rollout
     # (the mean length times the reasoning share of the completion tokens) between 0 and the length budget
     cfg = presets.countdown(smoke=True)

@@ -106,6 +106,12 @@ def test_evaluation_figures_on_hand_written_rewards():
     assert m["eval/t1/distinct_correct"] == pytest.approx((1 + 2) / 2)
     assert m["eval/t1/satisfied_all"] == pytest.approx(4 / 8)  # (0, 0) and problem 1's first three
     np.testing.assert_array_equal(ev.per_problem()["t1_correct"], [1, 3])
+    assert m["eval/t1/cover@0.5"] == 0.5  # 1/4 and 3/4 correct: only problem 1 reaches half
+    assert "eval/t1/distinct_solutions" not in m and "t1_solutions" not in ev.per_problem()  # no canonical answers
+    # canonical answers: problem 1's correct x and y are one solution written twice, and a None is no solution
+    canon = ev.__class__(**{**ev.__dict__, "sampled_canonical": ("s", None, None, None, "X", "X", "X", None)})
+    assert canon.metrics()["eval/t1/distinct_solutions"] == pytest.approx((1 + 1) / 2)
+    np.testing.assert_array_equal(canon.per_problem()["t1_solutions"], [1, 1])
 
 
 def test_a_real_run_logs_every_instrument_as_numpy_recomputes_it(tmp_path):

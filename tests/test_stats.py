@@ -304,3 +304,58 @@ def test_format_ci():
     assert stats.format_ci({"diff": -0.015, "low": -0.0301, "high": -0.0004}) == "-1.5 [-3.0, 0.0]"  # no "-0.0"
     assert stats.format_ci({"diff": 0.0, "low": -0.1, "high": 0.1}) == "+0.0 [-10.0, 10.0]"
     assert stats.format_ci({"diff": 0.5, "low": 0.25, "high": 0.75}, scale=1.0, digits=2) == "+0.50 [0.25, 0.75]"
+
+
+# ------------------------------------------------------------------------------ t-test, TOST, Holm
+
+
+def test_paired_t_test_matches_scipy_and_inverts_the_interval():
+    from scipy.stats import ttest_rel
+
+    rng = np.random.default_rng(3)
+    a, b = rng.normal(0.3, 0.05, 10), rng.normal(0.33, 0.05, 10)
+    t = stats.paired_t_test(a, b)
+    ref = ttest_rel(b, a)
+    assert t["t"] == pytest.approx(ref.statistic, rel=rounding_tol(1.0, ulps=64, eps=EPS64))
+    assert t["p_value"] == pytest.approx(ref.pvalue, rel=rounding_tol(1.0, ulps=1024, eps=EPS64))
+    # the 95% interval excludes 0 exactly when p < 0.05
+    ci = stats.paired_t_ci(a, b)
+    assert (ci["low"] > 0 or ci["high"] < 0) == (t["p_value"] < 0.05)
+    assert stats.paired_t_test([0.0, 0.0], [0.0, 0.0])["p_value"] == 1.0  # no difference at all
+
+
+def test_tost_by_hand_and_against_the_interval():
+    # d = [1, 2, 3]: mean 2, se 1/sqrt(3) = 0.57735; margin 4: t_low = (2 + 4)/se = 10.392, t_high = (2 - 4)/se
+    # = -3.464; p = max(sf(10.392, 2), cdf(-3.464, 2)) = cdf(-3.464, 2) = 0.03709 (t with 2 df:
+    # cdf(-x) = (1 - x / sqrt(x^2 + 2)) / 2 = (1 - 3.464 / 3.742) / 2 = 0.0371).
+    x = 2 * math.sqrt(3)  # (margin - mean) / se = 2 / (1 / sqrt(3))
+    expected = (1 - x / math.sqrt(x * x + 2)) / 2
+    r = stats.paired_tost([0.0, 0.0, 0.0], [1.0, 2.0, 3.0], margin=4.0)
+    assert r["p_value"] == pytest.approx(expected, rel=rounding_tol(1.0, ulps=1024, eps=EPS64))
+    assert r["equivalent"] and -4.0 < r["low"] and r["high"] < 4.0  # the 90% interval inside the margin
+    # margin 3: the 90% interval (2 +- 2.92 * 0.577 = [0.31, 3.69]) crosses 3, so not equivalent
+    r3 = stats.paired_tost([0.0, 0.0, 0.0], [1.0, 2.0, 3.0], margin=3.0)
+    assert not r3["equivalent"] and r3["high"] > 3.0
+    with pytest.raises(ValueError, match="margin > 0"):
+        stats.paired_tost([0.0, 0.0], [1.0, 1.0], margin=0.0)
+
+
+def test_holm_by_hand():
+    # p = (0.01, 0.04, 0.03, 0.2), m = 4: sorted 0.01, 0.03, 0.04, 0.2 -> 4*0.01 = 0.04, 3*0.03 = 0.09,
+    # 2*0.04 = 0.08 -> running max 0.09, 1*0.2 = 0.2; back in the input's order:
+    adj = stats.holm([0.01, 0.04, 0.03, 0.2])
+    assert adj == pytest.approx([0.04, 0.09, 0.09, 0.2])
+    assert stats.holm([0.5, 0.9]) == [1.0, 1.0]  # capped at 1
+    assert stats.holm([]) == []
+    with pytest.raises(ValueError, match="in \\[0, 1\\]"):
+        stats.holm([0.1, 1.5])
+
+
+def test_cover_at_by_hand():
+    # rates 0/4, 1/4, 2/4, 4/4: Cover@0.25 = 3/4 (any correct), Cover@0.5 = 2/4, Cover@1 = 1/4
+    n, c = [4, 4, 4, 4], [0, 1, 2, 4]
+    assert [stats.cover_at(n, c, t) for t in (0.25, 0.5, 1.0)] == [0.75, 0.5, 0.25]
+    with pytest.raises(ValueError, match="0 < tau <= 1"):
+        stats.cover_at(n, c, 0.0)
+    with pytest.raises(ValueError, match="c <= n"):
+        stats.cover_at([2], [3], 0.5)

@@ -7,7 +7,7 @@ import os
 
 import numpy as np
 
-from grpo_jax import reporting, study, train
+from grpo_jax import reporting, stats, study, train
 from grpo_jax.runlog import RunLogger
 from tests.test_train import tiny_config
 from tests.tolerance import EPS64, rounding_tol
@@ -80,3 +80,27 @@ def test_pass_at_k_curves_from_the_sampled_evaluations_and_their_plot(tmp_path):
     assert reporting.pass_at_k_curves(os.path.join(out, "missing")) == {}
     path = reporting.plot_pass_at_k(out, ["none", "control", "missing"], [0])
     assert path.endswith("pass_at_k.png") and os.path.getsize(path) > 1000
+
+
+def test_compare_seeds_decides_win_equivalent_and_inconclusive_with_holm_over_the_table():
+    # 8 seeds; baseline 0.40 on every seed, null = baseline + (+-0.005 alternating): floor from a tiny interval.
+    # "big": +0.05 +- 0.005 -> p ~ 1e-8, Holm x3 still tiny, 0.05 > floor: win.
+    # "flat": +-0.004 alternating (mean 0): TOST at +-0.02 has its 90% interval well inside: equivalent.
+    # "noisy": +-0.10 alternating around +0.01: neither significant nor inside +-0.02: inconclusive.
+    seeds = list(range(8))
+    alt = np.array([1, -1] * 4, float)
+    arm = lambda offsets: [{"seed": s, "acc": 0.40 + o} for s, o in zip(seeds, offsets)]  # noqa: E731
+    results = {"base": arm(np.zeros(8)), "null": arm(0.005 * alt), "big": arm(0.05 + 0.005 * alt),
+               "flat": arm(0.004 * alt), "noisy": arm(0.01 + 0.10 * alt)}
+    c = study.compare_seeds(results, baseline="base", metric="acc", arms=["big", "flat", "noisy"], null="null",
+                            sesoi=0.02)
+    assert {a: e["decision"] for a, e in c["arms"].items()} == {"big": "win", "flat": "equivalent",
+                                                                "noisy": "inconclusive"}
+    assert c["holm_family"] == 3
+    ps = [c["arms"][a]["test"]["p_value"] for a in ("big", "flat", "noisy")]
+    assert [c["arms"][a]["holm_p"] for a in ("big", "flat", "noisy")] == stats.holm(ps)
+    table = reporting.seed_comparison_table(c)
+    assert "Holm over the 3 arms" in table and "| big | 8 |" in table and "equivalent" in table
+    # without a sesoi the table and the entries are as before: no decision, a Bonferroni column
+    plain = study.compare_seeds(results, baseline="base", metric="acc", arms=["big"], null="null")
+    assert "decision" not in plain["arms"]["big"] and "Bonferroni" in reporting.seed_comparison_table(plain)
