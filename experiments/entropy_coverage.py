@@ -40,7 +40,7 @@ from grpo_jax import presets
 from grpo_jax.cli import for_people
 from grpo_jax.config import TrainConfig, override
 from grpo_jax.reporting import plot_curves, plot_pass_at_k, write_study
-from grpo_jax.study import Arm, compare_seeds, launch, warm_start_note
+from grpo_jax.study import Arm, archive_runs, compare_seeds, launch, warm_start_note
 from grpo_jax.tasks import get_task
 from grpo_jax.tasks.countdown import random_trace_pass_at_k
 
@@ -61,6 +61,7 @@ PRIMARY = ("kl_ref", "w_reinforce")
 SEEDS = (501, 502, 503, 504, 505, 506, 507, 508, 509, 510)  # fixed in PREREGISTERED.md before any of them ran
 ARMS = {"none": Arm(), "null": Arm(("sampling.key_offset=1",)), "kl_ref": Arm((f"loss.beta={BETA_KL}",)),
         "w_reinforce": Arm((f"advantage.pos_scale={W_REINFORCE}",))}
+ARCHIVE_KEYS = ("eval/", REASONING_ENTROPY)  # what summarize and the plots read: committed per run
 METRICS = ("passk_final", "greedy_final", "pass1_final", "pass16_final", "cover_final", "solutions_final",
            "entropy_final")
 
@@ -152,7 +153,10 @@ def main(argv=None) -> dict:
     write_study(out, study, title="Entropy collapse, second study: coverage that guessing cannot win", columns=columns,
                 plots=plots, notes=notes, seed_comparisons=[*comparisons, secondary],
                 seed_columns=["passk_final", "greedy_final", "cover_final", "solutions_final", "broken"])
+    sizes = archive_runs(out, os.path.join(out, "runs"), arms, study["seeds"], metric_keys=ARCHIVE_KEYS)
     print(open(os.path.join(out, "results.md")).read())
+    print(f"per-run files for the repository: {os.path.join(out, 'runs')} ({len(sizes)} files, "
+          f"{sum(sizes.values()) / 1e6:.2f} MB); python experiments/recompute.py <its folder> recomputes results.md")
     return study
 
 

@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import gzip
 import itertools
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -438,6 +440,38 @@ def _load_or_train_warm_start(warm: RunParts, run_dir: str, n_valid: int, sft: d
     atomic_write(blob_path, lambda f: f.write(blob))  # the blob first: a json without it is never read
     atomic_write_text(meta_path, json.dumps({"made_by": made_by, "summary": summary}, indent=1, default=float))
     return params, summary
+
+
+# ---- the per-run files a study commits, so every table can be recomputed without the runs ---------------------
+
+ARCHIVED = ("config.json", "events.jsonl", "manifest.json")  # copied as they are
+
+
+def archive_runs(out: str, dest: str, arms, seeds, *, metric_keys: tuple[str, ...]) -> dict:
+    """Copy each finished (arm, seed) run under `out` into `dest`/<arm>/seed<s>/ as a study commits it: its
+    config, events and manifest as they are, problems.jsonl gzipped, and metrics.jsonl cut to the rows and keys
+    that start with one of `metric_keys` (plus "step"): what the launcher's summarize and plots read. A launcher's
+    --summarize-only over `dest` then recomputes its tables from these files alone. Returns {path: bytes}."""
+    sizes = {}
+    for arm in arms:
+        for seed in seeds:
+            src, dst = os.path.join(out, arm, f"seed{seed}"), os.path.join(dest, arm, f"seed{seed}")
+            if not os.path.exists(os.path.join(src, "metrics.jsonl")):
+                continue
+            os.makedirs(dst, exist_ok=True)
+            for name in ARCHIVED:
+                if os.path.exists(os.path.join(src, name)):
+                    shutil.copyfile(os.path.join(src, name), os.path.join(dst, name))
+            rows = [{k: v for k, v in r.items() if k == "step" or k.startswith(metric_keys)}
+                    for r in read_jsonl(os.path.join(src, "metrics.jsonl"))]
+            atomic_write_text(os.path.join(dst, "metrics.jsonl"),
+                              "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows if len(r) > 1))
+            if os.path.exists(os.path.join(src, "problems.jsonl")):
+                with open(os.path.join(src, "problems.jsonl"), "rb") as f:
+                    blob = gzip.compress(f.read(), mtime=0)
+                atomic_write(os.path.join(dst, "problems.jsonl.gz"), lambda f: f.write(blob))
+            sizes.update({os.path.join(dst, n): os.path.getsize(os.path.join(dst, n)) for n in os.listdir(dst)})
+    return sizes
 
 
 # ---- paired statistics between arms: per-problem results of the final evaluation (problems.jsonl) -------------

@@ -322,3 +322,34 @@ def test_countdown_smoke_reports_both_collapses_instruments(tmp_path):
     assert 0 < report["reasoning_tokens_first"] <= cfg.sampling.max_new_tokens
     assert {"entropy_by_kind.png", "pass_at_k.png"} <= set(os.listdir(tmp_path / "plots"))
     assert "warm start pass@1 at T = 1" in (tmp_path / "report.md").read_text()
+
+
+def test_coverage_study_smoke_commits_its_runs_and_recomputes_its_tables(tmp_path):
+    """The second entropy study at smoke scale: the guesser's pass@k in the notes, the decision tables, the per-run
+    files archived, and experiments/recompute.py rebuilding results.md from those files alone (and catching a
+    changed line)."""
+    out = tmp_path / "study"
+    done = subprocess.run([sys.executable, "experiments/entropy_coverage.py", "--smoke", "--quiet", "--out", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    study = json.loads((out / "results.json").read_text())
+    assert set(study["guesser"][str(study["seeds"][0])]) == {"pass@4", "pass@16"}
+    assert "The guesser" in (out / "results.md").read_text()
+    committed = tmp_path / "committed"
+    committed.mkdir()
+    for name in ("results.md", "results.json"):
+        (committed / name).write_text((out / name).read_text())
+    subprocess.run(["cp", "-r", str(out / "runs"), str(committed / "runs")], check=True)
+    for arm in ("none", "kl_ref"):
+        run = committed / "runs" / arm / f"seed{study['seeds'][0]}"
+        assert {p.name for p in run.iterdir()} >= {"config.json", "metrics.jsonl", "problems.jsonl.gz"}
+        rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+        assert rows and all(k == "step" or k.startswith(("eval/", "entropy_t1/reasoning/mean")) for r in rows for k in r)
+    recompute = [sys.executable, "experiments/recompute.py", str(committed)]
+    same = subprocess.run(recompute, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert same.returncode == 0 and "all equal" in same.stdout, same.stdout[-2000:] + same.stderr[-2000:]
+    md = (committed / "results.md").read_text().splitlines()
+    row = next(i for i, line in enumerate(md) if line.startswith("| none | "))
+    md[row] = md[row].replace("| none |", "| none | 9 |", 1)
+    (committed / "results.md").write_text("\n".join(md) + "\n")
+    assert subprocess.run(recompute, cwd=ROOT, capture_output=True, text=True, timeout=900).returncode == 1
