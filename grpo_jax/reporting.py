@@ -228,35 +228,40 @@ def seed_comparison_table(comparison: dict, scale: float = 100.0) -> str:
     the Holm-adjusted p-values, the equivalence test and the decision instead of the Bonferroni interval."""
     if "sesoi" in comparison:
         return _decision_table(comparison, scale)
-    c, floor = comparison, comparison["noise_floor"]
+    c = comparison
     head = (f"`{c['metric']}`, arm - {c['baseline']}, x{scale:g}, paired t-interval over seeds at {100 * c['level']:g}% "
             f"and at the Bonferroni level {100 * c['adjusted_level']:.2f}% ({c['family']} comparisons)")
-    head += (f"; noise floor (null - {c['baseline']}: {stats.format_ci(floor, scale)}) {scale * floor['floor']:.1f}"
-             if floor else "; no null arm")
-    lines = [head, "", "| arm | seeds | difference [95% CI] | Bonferroni CI | per seed | verdict |",
-             "|---|---|---|---|---|---|"]
+    lines = [head + _floor_note(c, scale), "",
+             "| arm | seeds | difference [95% CI] | Bonferroni CI | per seed | verdict |", "|---|---|---|---|---|---|"]
     for arm, e in c["arms"].items():
-        per_seed = ", ".join(f"{scale * d:+.1f}" for d in e["diff"]["per_seed"])
         adjusted = f"[{scale * e['adjusted']['low']:.1f}, {scale * e['adjusted']['high']:.1f}]"
         lines.append(f"| {arm} | {len(e['seed_list'])} | {stats.format_ci(e['diff'], scale)} | {adjusted} | "
-                     f"{per_seed} | {e['verdict'] or 'no floor'} |")
+                     f"{_per_seed(e, scale)} | {e['verdict'] or 'no floor'} |")
     return "\n".join(lines)
 
 
-def _decision_table(c: dict, scale: float) -> str:
+def _floor_note(c: dict, scale: float) -> str:
+    """A seed comparison's noise floor, as its table's head ends."""
     floor = c["noise_floor"]
+    return (f"; noise floor (null - {c['baseline']}: {stats.format_ci(floor, scale)}) {scale * floor['floor']:.1f}"
+            if floor else "; no null arm")
+
+
+def _per_seed(entry: dict, scale: float) -> str:
+    return ", ".join(f"{scale * d:+.1f}" for d in entry["diff"]["per_seed"])
+
+
+def _decision_table(c: dict, scale: float) -> str:
     head = (f"`{c['metric']}`, arm - {c['baseline']}, x{scale:g}, paired t over seeds, {100 * c['level']:g}% interval; "
             f"p two-sided, Holm over the {c['holm_family']} arms of this table; equivalence (TOST) at "
             f"+-{scale * c['sesoi']:g}")
-    head += (f"; noise floor (null - {c['baseline']}: {stats.format_ci(floor, scale)}) {scale * floor['floor']:.1f}"
-             if floor else "; no null arm")
-    lines = [head, "", "| arm | seeds | difference [95% CI] | p | Holm p | TOST p | per seed | decision |",
+    lines = [head + _floor_note(c, scale), "",
+             "| arm | seeds | difference [95% CI] | p | Holm p | TOST p | per seed | decision |",
              "|---|---|---|---|---|---|---|---|"]
     for arm, e in c["arms"].items():
-        per_seed = ", ".join(f"{scale * d:+.1f}" for d in e["diff"]["per_seed"])
         lines.append(f"| {arm} | {len(e['seed_list'])} | {stats.format_ci(e['diff'], scale)} | "
-                     f"{e['test']['p_value']:.3g} | {e['holm_p']:.3g} | {e['tost']['p_value']:.3g} | {per_seed} | "
-                     f"{e['decision']} |")
+                     f"{e['test']['p_value']:.3g} | {e['holm_p']:.3g} | {e['tost']['p_value']:.3g} | "
+                     f"{_per_seed(e, scale)} | {e['decision']} |")
     return "\n".join(lines)
 
 

@@ -326,9 +326,19 @@ def check_trace(thought: str, numbers: Sequence[int], first: int | None = None) 
 
 
 def _answer(response: str, sample: Mapping[str, Any], think_tag: str, answer_tag: str) -> str:
-    """The answer segment both answer rewards read (module docstring), of the whole assistant turn."""
+    """The answer segment the answer rewards read (module docstring), of the whole assistant turn."""
     turn = assistant_turn(response, sample, think_tag=think_tag)
     return split_response(turn, think_tag=think_tag, answer_tag=answer_tag).answer.strip()
+
+
+def _judged(response: str, sample: Mapping[str, Any], think_tag: str, answer_tag: str, check, ok: str) -> RewardResult:
+    """An answer reward: `check(segment, numbers, target)` -> a reason; 1 when it is `ok`, else 0 with it."""
+    numbers, target = _sample_problem(sample)
+    segment = _answer(response, sample, think_tag, answer_tag)
+    if not segment:
+        return RewardResult(0.0, {"reason": "no_answer"})
+    reason = check(segment, numbers, target)
+    return RewardResult(float(reason == ok), {"reason": reason, "expression": segment[:200]})
 
 
 @reward("countdown", COUNTDOWN_VERSION)
@@ -338,12 +348,7 @@ def countdown_reward(
     """1 if the answer uses `sample["numbers"]` exactly once each and equals `sample["target"]` (module
     docstring), else 0 with `info["reason"]`: no_answer, too_long, multiple_answers, parse_error,
     unary_minus, too_deep, wrong_numbers, division_by_zero, wrong_value."""
-    numbers, target = _sample_problem(sample)
-    segment = _answer(response, sample, think_tag, answer_tag)
-    if not segment:
-        return RewardResult(0.0, {"reason": "no_answer"})
-    reason = check_expression(segment, numbers, target)
-    return RewardResult(float(reason == "correct"), {"reason": reason, "expression": segment[:200]})
+    return _judged(response, sample, think_tag, answer_tag, check_expression, "correct")
 
 
 @reward("countdown_numbers", COUNTDOWN_NUMBERS_VERSION)
@@ -354,12 +359,7 @@ def countdown_numbers_reward(
     whatever its value, else 0 with `info["reason"]`: no_answer, too_long, multiple_answers, parse_error,
     unary_minus, too_deep, wrong_numbers. Nothing is evaluated, so `8/(3-3)` over 3, 3, 8 scores 1.
     `sample["target"]` is required and checked as for `countdown`, so the three rewards read the same rows."""
-    numbers, _ = _sample_problem(sample)
-    segment = _answer(response, sample, think_tag, answer_tag)
-    if not segment:
-        return RewardResult(0.0, {"reason": "no_answer"})
-    reason = check_numbers(segment, numbers)
-    return RewardResult(float(reason == "ok"), {"reason": reason, "expression": segment[:200]})
+    return _judged(response, sample, think_tag, answer_tag, lambda a, numbers, _: check_numbers(a, numbers), "ok")
 
 
 @reward("countdown_steps", COUNTDOWN_STEPS_VERSION)
@@ -390,9 +390,5 @@ def countdown_ops_reward(
     only on the problems that have a solution in those operators."""
     if not isinstance(ops, str) or not ops or set(ops) - set("+-*/"):
         raise RewardInputError(f"countdown_ops: ops must be a non-empty string of + - * /, got {ops!r}")
-    numbers, _ = _sample_problem(sample)
-    segment = _answer(response, sample, think_tag, answer_tag)
-    if not segment:
-        return RewardResult(0.0, {"reason": "no_answer"})
-    reason = check_operators(segment, numbers, ops)
-    return RewardResult(float(reason == "ok"), {"reason": reason, "expression": segment[:200]})
+    return _judged(response, sample, think_tag, answer_tag,
+                   lambda a, numbers, _: check_operators(a, numbers, ops), "ok")
