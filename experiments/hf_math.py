@@ -37,7 +37,7 @@ import transformers
 from tokenizers import decoders, models, pre_tokenizers, trainers
 
 from grpo_jax import aot
-from grpo_jax.cli import for_people, parse_args
+from grpo_jax.cli import for_people, out_dir, parse_args
 from grpo_jax.config import TrainConfig, override
 from grpo_jax.tokenizer import TAGS
 from grpo_jax.train import Trainer
@@ -185,7 +185,7 @@ def main(argv=None) -> dict:
     args, cfg = parse_args(argv, description=__doc__, get_config=get_config)
     if args.compile_only:  # shapes only: model.hf_path's config.json when it is here, else the preset
         return aot.compile_only(args, cfg)
-    out = args.out if args.out != "runs/grpo" else "runs/hf_math"
+    out = out_dir(args, "runs/hf_math")
     if args.resume and not args.config:
         cfg = keep_saved_task(cfg, out, args.overrides)
     if args.smoke:  # the assets live in the run folder, so --resume and grpo_jax.export find them again

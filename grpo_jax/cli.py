@@ -14,6 +14,7 @@ import functools
 import json
 import os
 import sys
+import warnings
 from collections.abc import Callable, Sequence
 
 from grpo_jax.config import TrainConfig, UserError, from_dict, override  # UserError: re-exported here
@@ -56,18 +57,30 @@ def one_line(error: BaseException) -> str:
 
 def for_people(main: Callable) -> Callable:
     """`main(argv=None)` that ends with SystemExit("error: <one line>") on a user error (`user_error_types`)
-    unless debug is asked for (`debug_requested`); other exceptions propagate with their traceback."""
+    unless debug is asked for (`debug_requested`); other exceptions propagate with their traceback. While it
+    runs, warnings print as one line each (`one_line_warning`) unless debug is asked for."""
 
     @functools.wraps(main)
     def wrapped(argv=None, *args, **kwargs):
+        debug, shown = debug_requested(argv), warnings.formatwarning
+        if not debug:  # a warning is one line saying what happened, not where in the package it was raised
+            warnings.formatwarning = one_line_warning
         try:
             return main(argv, *args, **kwargs)
         except user_error_types() as e:
-            if debug_requested(argv):
+            if debug:
                 raise
             raise SystemExit(f"error: {one_line(e)} (--debug or {DEBUG_ENV}=1 shows the traceback)") from None
+        finally:
+            warnings.formatwarning = shown
 
     return wrapped
+
+
+def one_line_warning(message, category, filename, lineno, line=None) -> str:
+    """`warnings.formatwarning` for people: "warning: <the message on one line>" (--debug keeps Python's
+    "file:line: Category: message" form)."""
+    return f"warning: {one_line(message if isinstance(message, BaseException) else Warning(message))}\n"
 
 
 def load_config(path: str) -> TrainConfig:
@@ -104,12 +117,24 @@ def checkout_mismatch(script: str) -> str | None:
             f"would train with that other checkout's code. Run it as PYTHONPATH={root} python ...")
 
 
+DEFAULT_OUT = "runs/grpo"
+
+
+def out_dir(args, default: str = DEFAULT_OUT) -> str:
+    """The run folder: --out when given, else `default` (a launcher's own), with "-smoke" after it for --smoke so
+    that a smoke run never lands in (or is refused by) the folder of the real one."""
+    if args.out != DEFAULT_OUT:
+        return args.out
+    return f"{default}-smoke" if args.smoke else default
+
+
 def parse_args(argv=None, *, description: str = "", get_config=None):
     """The CLI every experiment shares: --out, --seed, --smoke, --set key=value ..., --resume, --config, --debug.
 
     get_config(smoke: bool) -> TrainConfig supplies the experiment's defaults (TrainConfig() if None)."""
     ap = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", default="runs/grpo", help="run directory (metrics, checkpoints, report)")
+    ap.add_argument("--out", default=DEFAULT_OUT, help="run directory (metrics, checkpoints, report; the launcher's "
+                    "own by default, with -smoke after it for --smoke)")
     ap.add_argument("--seed", type=int, default=None, help="run seed (overrides the config's)")
     ap.add_argument("--smoke", action="store_true", help="a seconds-long variant (used by the tests)")
     ap.add_argument("--config", default=None, help="a config.json written by an earlier run")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import difflib
 import functools
 import inspect
 import json
@@ -959,6 +960,12 @@ def to_dict(cfg) -> dict:
     return json.loads(json.dumps(dataclasses.asdict(cfg), default=list))
 
 
+def did_you_mean(word: str, choices) -> str:
+    """' (did you mean 'x'?)' for the closest of `choices` to a mistyped `word`, or '' when none is close."""
+    close = difflib.get_close_matches(word, [str(c) for c in choices], n=1, cutoff=0.7)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
 def from_dict(cls, d: dict, _where: str = ""):
     """Rebuild a (nested) config dataclass from `to_dict` output (JSON, --set). Unknown keys and values of the
     wrong type (a string or 2.5 for an int field, a word for a number) are errors naming the dotted key,
@@ -970,7 +977,8 @@ def from_dict(cls, d: dict, _where: str = ""):
     names = {f.name for f in dataclasses.fields(cls)}
     unknown = set(d) - names
     if unknown:
-        raise ValueError(f"{_where + ': ' if _where else ''}{cls.__name__}: unknown fields {sorted(unknown)}; "
+        hint = "".join(did_you_mean(u, names) for u in sorted(unknown))
+        raise ValueError(f"{_where + ': ' if _where else ''}{cls.__name__}: unknown fields {sorted(unknown)}{hint}; "
                          f"known: {sorted(names)}")
     kwargs = {}
     for k, v in d.items():
@@ -1051,7 +1059,8 @@ def override(cfg, assignments) -> typing.Any:
                 node[k] = _set_pair(node[k], keys[-1], _parse_value(text))
                 break
             if not isinstance(node.get(k), dict):
-                raise ValueError(f"override {path!r}: {k!r} is not a config section")
+                sections = [name for name, v in node.items() if isinstance(v, dict)]
+                raise ValueError(f"override {path!r}: {k!r} is not a config section{did_you_mean(k, sections)}")
             node, cls = node[k], typing.get_type_hints(cls).get(k)
         else:
             _assign_field(node, cls, path, keys[-1], text)
@@ -1061,7 +1070,7 @@ def override(cfg, assignments) -> typing.Any:
 def _assign_field(node: dict, cls, path: str, key: str, text: str) -> None:
     """Set field `key` of the config section `node` (of class `cls`) to the value `text` parses to."""
     if key not in node:
-        raise ValueError(f"override {path!r}: no field {key!r}; known: {sorted(node)}")
+        raise ValueError(f"override {path!r}: no field {key!r}{did_you_mean(key, node)}; known: {sorted(node)}")
     value = _parse_value(text)
     hint = typing.get_type_hints(cls).get(key) if dataclasses.is_dataclass(cls) else None
     if hint is str and not isinstance(value, str):

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 
 from grpo_jax import aot, monitor, runfolder, runlog
-from grpo_jax.cli import for_people, parse_args
+from grpo_jax.cli import for_people, out_dir, parse_args
 from grpo_jax.sft import warm_start
 from grpo_jax.train import Trainer, open_trainer
 
@@ -71,7 +71,7 @@ def run(argv, *, doc: str, get_config, spec: Spec, clock: Clock) -> dict:
     args, cfg = parse_args(argv, description=doc, get_config=get_config)
     if args.compile_only:
         return aot.compile_only(args, cfg)
-    out = args.out if args.out != "runs/grpo" else spec.default_out
+    out = out_dir(args, spec.default_out)
     last_write = runfolder.last_write_time(out)  # when an earlier, interrupted process stopped (read before rewriting)
     trainer = open_trainer(cfg, out, resume=args.resume, quiet=args.quiet)
     hold = trainer.lock.again() if trainer.lock is not None else None  # the trainer's is released by run()

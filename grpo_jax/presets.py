@@ -35,11 +35,17 @@ def arithmetic(smoke: bool = False) -> TrainConfig:
         "task.n_train=20000", "task.n_eval=500", "logging.eval_every=100", "checkpoint.every=100",
         "dynamic.enabled=true", "dynamic.oversample=2.0", "dynamic.max_rounds=1",
     ])
-    if smoke:
-        cfg = override(cfg, ["steps=2", "prompts_per_step=4", "sampling.group_size=4", "task.n_train=200",
-                             "task.n_eval=16", "logging.eval_every=1", "checkpoint.every=1", "model.d_model=32",
-                             "model.mlp_dim=64", "model.n_layers=1"])
-    return cfg
+    return shrink(cfg) if smoke else cfg
+
+
+# A seconds-long variant of any config: 2 steps of 4 prompts x G=4 on a width-32 one-layer model, 16 held-out rows
+SMOKE = ("steps=2", "prompts_per_step=4", "sampling.group_size=4", "task.n_train=200", "task.n_eval=16",
+         "logging.eval_every=1", "checkpoint.every=1", "model.d_model=32", "model.mlp_dim=64", "model.n_layers=1")
+
+
+def shrink(cfg: TrainConfig) -> TrainConfig:
+    """`cfg` at smoke scale (SMOKE): what `--smoke` means for a config without a preset of its own."""
+    return override(cfg, list(SMOKE))
 
 
 def sft(smoke: bool = False) -> dict:

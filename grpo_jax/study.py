@@ -29,7 +29,7 @@ from typing import Any
 import flax.serialization
 import numpy as np
 
-from grpo_jax.cli import parse_args
+from grpo_jax.cli import out_dir, parse_args
 from grpo_jax import aot, runlock, stats
 from grpo_jax.assemble import RunParts, assemble
 from grpo_jax.config import TrainConfig, flat_dict, from_dict, override, to_dict
@@ -112,7 +112,7 @@ def study_settings(args, cfg: TrainConfig, default_out: str, *, warm: dict, smok
     study's warm start (`sft.warm_start` keywords plus n_valid; `smoke_warm` and one seed with --smoke) and the
     seed of the one warm start every seed and arm starts from (--warm-seed, else `warm_seed_default`, else
     cfg.seed; None for -1: one warm start per seed)."""
-    out = args.out if args.out != "runs/grpo" else default_out
+    out = out_dir(args, default_out)
     seeds = [cfg.seed] if args.smoke else list(default_seeds) or [cfg.seed, cfg.seed + 1, cfg.seed + 2]
     if args.seeds:
         seeds = [int(s) for s in args.seeds.split(",")]

@@ -18,13 +18,13 @@ import warnings
 import jax
 import jax.numpy as jnp
 
-from grpo_jax import aot, control, evaluation, experience, monitor, provenance, runfolder, runlock, sharding
+from grpo_jax import aot, control, evaluation, experience, monitor, presets, provenance, runfolder, runlock, sharding
 from grpo_jax import export as export_lib
 from grpo_jax import data as data_lib
 from grpo_jax import rewards as rewards_lib
 from grpo_jax.ahead import Pending, RolloutsAhead, periodic_checkpoint
 from grpo_jax.assemble import assemble
-from grpo_jax.cli import for_people, parse_args
+from grpo_jax.cli import for_people, out_dir, parse_args
 from grpo_jax.config import TrainConfig, to_dict
 
 
@@ -303,13 +303,15 @@ def open_trainer(cfg: TrainConfig, out_dir: str, **kwargs) -> Trainer:
 
 @for_people
 def main(argv=None) -> dict:
-    args, cfg = parse_args(argv, description="Run GRPO from a config: python -m grpo_jax.train --out DIR --set ...")
+    args, cfg = parse_args(argv, description="Run GRPO from a config: python -m grpo_jax.train --out DIR --set ...",
+                           get_config=lambda smoke: presets.shrink(TrainConfig()) if smoke else TrainConfig())
     if args.compile_only:
         return aot.compile_only(args, cfg)
-    trainer = open_trainer(cfg, args.out, resume=args.resume, quiet=args.quiet, rollback_to=args.rollback_to)
+    out = out_dir(args)
+    trainer = open_trainer(cfg, out, resume=args.resume, quiet=args.quiet, rollback_to=args.rollback_to)
     summary = trainer.run()
     if summary["paused"]:
-        monitor.exit_paused(args.out, summary["steps"])
+        monitor.exit_paused(out, summary["steps"])
     return summary
 
 
