@@ -120,30 +120,33 @@ def paired_bootstrap_ci(a: Any, b: Any, *, n_boot: int = 10_000, level: float = 
             "n_boot": int(n_boot), "seeds": int(d.shape[0]), "problems": int(d.shape[1]) if a_arr.ndim == 2 else None}
 
 
+def _paired_d(a: Any, b: Any) -> np.ndarray:
+    """d_s = mean_p b[s, p] - mean_p a[s, p] (or b[s] - a[s]) with the seed as the unit: what every paired test
+    over seeds reads. a and b: finite arrays of one shape [S, P] or [S], S >= 2."""
+    a_arr, b_arr = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    if a_arr.shape != b_arr.shape or a_arr.ndim not in (1, 2) or a_arr.shape[0] < 2:
+        raise ValueError(f"a and b must be arrays of one shape [S, P] or [S] with S >= 2; got {a_arr.shape} "
+                         f"and {b_arr.shape}")
+    if not (np.all(np.isfinite(a_arr)) and np.all(np.isfinite(b_arr))):
+        raise ValueError("a and b must be finite")
+    return (b_arr - a_arr).reshape(a_arr.shape[0], -1).mean(axis=1)
+
+
 def paired_t_ci(a: Any, b: Any, *, level: float = 0.95) -> dict[str, Any]:
     """Paired t-interval of mean(b) - mean(a) with the seed as the unit: d_s = mean_p b[s, p] - mean_p a[s, p]
     (or b[s] - a[s] for [S] inputs), diff = mean(d), interval diff +- t_{(1+level)/2, S-1} * sd(d, ddof 1) /
     sqrt(S). The textbook interval for a few seeds (it assumes the d_s roughly normal): at S = 8 it keeps its
     level where the bootstrap's seed level, resampling 8 values, is too narrow. Needs S >= 2. Returns
     {"diff", "low", "high", "level", "seeds", "sd", "per_seed": [d_s]}."""
-    a_arr, b_arr = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    if a_arr.shape != b_arr.shape or a_arr.ndim not in (1, 2) or a_arr.shape[0] < 2:
-        raise ValueError(f"a and b must be arrays of one shape [S, P] or [S] with S >= 2; got {a_arr.shape} "
-                         f"and {b_arr.shape}")
-    if not (np.all(np.isfinite(a_arr)) and np.all(np.isfinite(b_arr))) or not 0.0 < level < 1.0:
-        raise ValueError(f"a and b must be finite and 0 < level < 1 (got level={level})")
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"0 < level < 1 is needed (got level={level})")
     from scipy.stats import t as student_t  # imported here: the rest of the module needs no SciPy
 
-    d = (b_arr - a_arr).reshape(a_arr.shape[0], -1).mean(axis=1)
+    d = _paired_d(a, b)
     n, diff, sd = d.size, float(d.mean()), float(d.std(ddof=1))
     half = float(student_t.ppf((1.0 + level) / 2.0, n - 1)) * sd / math.sqrt(n)
     return {"diff": diff, "low": diff - half, "high": diff + half, "level": float(level), "seeds": int(n),
             "sd": sd, "per_seed": [float(x) for x in d]}
-
-
-def _paired_d(a: Any, b: Any) -> np.ndarray:
-    """d_s = mean_p b[s, p] - mean_p a[s, p] (or b[s] - a[s]), checked as `paired_t_ci` checks them."""
-    return np.asarray(paired_t_ci(a, b)["per_seed"], np.float64)
 
 
 def paired_t_test(a: Any, b: Any) -> dict[str, Any]:
