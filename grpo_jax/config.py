@@ -452,6 +452,8 @@ def default_rules() -> tuple[AlarmRule, ...]:
         AlarmRule("skipped", "above", 0.0, action="pause", patience=3, name="skipped_updates"),
         # grad_norm exactly 0 for 5 steps while rewards vary within groups or the policy is uniform
         AlarmRule("stalled_update", "above", 0.5, action="pause", patience=5, name="stalled_update"),
+        # a reward fails (raises, or returns no score) on over a tenth of a step's rows: a bug to fix, not noise
+        AlarmRule("rewards/error_frac", "above", 0.1, action="pause", name="reward_errors"),
     )
 
 

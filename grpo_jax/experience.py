@@ -32,6 +32,7 @@ from grpo_jax import diagnostics, sampler, sharding
 from grpo_jax import rewards as rewards_lib
 from grpo_jax.config import AdvantageConfig, DynamicSamplingConfig, SamplingConfig
 from grpo_jax.control import GroupBuffer
+from grpo_jax.rewards.base import ERROR_REASONS, NOT_APPLICABLE
 from grpo_jax.rewards.format import SEGMENT_KINDS, assistant_turn, segment_kinds, split_response, think_prefilled
 from models.config import ModelConfig
 
@@ -85,6 +86,8 @@ class Experience:
     texts: tuple  # [B*G] decoded completions, row-major over (b, g)
     reasons: tuple  # [B*G] {dimension: the reward's info["reason"]}, row-major like texts
     token_kinds: np.ndarray  # [B, G, T] int8 SEGMENT_KINDS code of each completion token (`token_kinds`)
+    # the first failure of each (dimension, error kind) among this process's rows (`reward_failures`)
+    errors: tuple = ()
 
 
 # --------------------------------------------------------------------------------------------------
@@ -147,7 +150,8 @@ def start_scoring(actor: Actor, rows: Sequence[Row], ro: sampler.Rollout) -> Sco
     texts = [actor.tokenizer.decode(toks[i, j, : lengths[i, j]]) for i in range(b) for j in range(g)]
     owned = sharding.process_rows(actor.mesh, b)
     mine = owned[jax.process_index()] if len(owned) > 1 else owned[0]
-    samples = [dict(rows[i], response_length=int(lengths[i, j])) for i in mine for j in range(g)]
+    samples = [dict(rows[i], response_length=int(lengths[i, j]), completion_ids=toks[i, j, : lengths[i, j]].tolist())
+               for i in mine for j in range(g)]
     shape = (len(mine), g, len(actor.specs))
     # a process may hold no rows (fewer groups than processes) but still joins the gather
     mine_texts = [texts[i * g + j] for i in mine for j in range(g)]
@@ -156,14 +160,31 @@ def start_scoring(actor: Actor, rows: Sequence[Row], ro: sampler.Rollout) -> Sco
 
     def finish() -> Experience:
         r, codes = np.zeros(shape, np.float32), np.zeros((*shape, REASON_BYTES), np.uint8)
+        errors: tuple = ()
         if scoring is not None:
             r_flat, infos = scoring.result()
             r, codes = r_flat.reshape(shape), reason_codes(infos["per_response"], actor.dims).reshape(codes.shape)
+            errors = reward_failures(infos["per_response"], actor.specs)
         codes = sharding.gather_rows(codes, owned, b).reshape(b * g, len(actor.specs), REASON_BYTES)
         return Experience(rows=tuple(rows), rollout=ro, rewards=sharding.gather_rows(r, owned, b),
-                          texts=tuple(texts), reasons=tuple(reasons_from_codes(codes, actor.dims)), token_kinds=kinds)
+                          texts=tuple(texts), reasons=tuple(reasons_from_codes(codes, actor.dims)), token_kinds=kinds,
+                          errors=errors)
 
     return Scoring(finish, scoring.close if scoring is not None else lambda: None)
+
+
+def reward_failures(per_response: Sequence[dict], specs: Sequence[rewards_lib.RewardSpec]) -> tuple[dict, ...]:
+    """The first row of each (dimension, error kind) on which a reward failed (`rewards.base.ERROR_REASONS`):
+    {"dimension", "reward", "kind", "error", "where"}, in row order, for the trainer to report once."""
+    seen: dict[tuple[str, str], dict] = {}
+    for info in per_response:
+        for spec in specs:
+            d = info[spec.dimension]
+            if d.get("reason") in ERROR_REASONS and (spec.dimension, d.get("error_kind")) not in seen:
+                seen[spec.dimension, d.get("error_kind")] = {
+                    "dimension": spec.dimension, "reward": spec.name, "kind": str(d.get("error_kind")),
+                    "error": str(d.get("error", "")), "where": d.get("where")}
+    return tuple(seen.values())
 
 
 # a reward's info["reason"] is a short identifier ("multiple_answers", "timeout"); longer ones are cut here
@@ -265,7 +286,8 @@ def select_groups(rounds: Sequence[Experience], selection: Sequence[tuple[int, i
         rewards=np.concatenate([e.rewards[i : i + 1] for e, i in picked]),
         texts=tuple(t for e, i in picked for t in e.texts[i * g : (i + 1) * g]),
         reasons=tuple(r for e, i in picked for r in e.reasons[i * g : (i + 1) * g]),
-        token_kinds=np.concatenate([e.token_kinds[i : i + 1] for e, i in picked]))
+        token_kinds=np.concatenate([e.token_kinds[i : i + 1] for e, i in picked]),
+        errors=tuple({(x["dimension"], x["kind"]): x for e in reversed(rounds) for x in e.errors}.values()))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -364,6 +386,20 @@ def host_metrics(exp: Experience, dims: Sequence[str]) -> dict[str, float]:
                                              sharding.to_host(exp.rollout.lengths))
     out.update(thinking_lengths(assistant_turns(exp.rows, exp.texts)))
     out.update(reason_counts(exp.reasons))
+    out.update(failure_counts(exp.reasons, dims))
+    return out
+
+
+def failure_counts(reasons: Sequence[dict[str, str]], dims: Sequence[str]) -> dict[str, float]:
+    """Per dimension, how many of the step's rows its reward failed on (`rewards/<dim>/errors`: the reasons in
+    `rewards.base.ERROR_REASONS`) and did not apply to (`rewards/<dim>/not_applicable`), and the largest
+    failed share of any dimension (`rewards/error_frac`, which the `reward_errors` alarm watches)."""
+    n = max(len(reasons), 1)
+    out: dict[str, float] = {}
+    for d in dims:
+        out[f"rewards/{d}/errors"] = float(sum(r.get(d) in ERROR_REASONS for r in reasons))
+        out[f"rewards/{d}/not_applicable"] = float(sum(r.get(d) == NOT_APPLICABLE for r in reasons))
+    out["rewards/error_frac"] = max((out[f"rewards/{d}/errors"] / n for d in dims), default=0.0)
     return out
 
 

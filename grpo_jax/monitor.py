@@ -47,10 +47,12 @@ class Alarm:
     step: int
     value: float
     history: tuple[tuple[int, float], ...]
+    detail: str = ""  # what the trainer knows beyond the metric (e.g. which reward failed, and how)
 
     @property
     def message(self) -> str:
-        return f"step {self.step}: {self.rule.metric} = {self.value:.6g} ({self.rule.describe()})"
+        said = f"step {self.step}: {self.rule.metric} = {self.value:.6g} ({self.rule.describe()})"
+        return f"{said}: {self.detail}" if self.detail else said
 
     def to_dict(self) -> dict:
         """JSON-able (strict: non-finite numbers become the strings "nan", "inf", "-inf")."""
@@ -285,7 +287,8 @@ def _markdown(alarms: list[Alarm], step: int, command: str | None, trouble: dict
         lines += _trouble_lines(trouble)
     for a in alarms:
         lines += [f"## {a.rule.name or a.rule.metric}: {a.rule.metric} {a.rule.kind} ({a.rule.action})", "",
-                  f"- rule: {a.rule.describe()}", f"- fired at step {a.step} with value {a.value:.6g}", "",
+                  f"- rule: {a.rule.describe()}", f"- fired at step {a.step} with value {a.value:.6g}",
+                  *([f"- {a.detail}"] if a.detail else []), "",
                   "| step | value |", "|---:|---:|"]
         lines += [f"| {s} | {v:.6g} |" for s, v in a.history] + [""]
     return "\n".join(lines)

@@ -18,7 +18,8 @@ import warnings
 import jax
 import jax.numpy as jnp
 
-from grpo_jax import aot, control, evaluation, experience, monitor, presets, provenance, runfolder, runlock, sharding
+from grpo_jax import (aot, control, evaluation, experience, failures, monitor, presets, provenance, runfolder, runlock,
+                      sharding)
 from grpo_jax import export as export_lib
 from grpo_jax import data as data_lib
 from grpo_jax import rewards as rewards_lib
@@ -68,6 +69,8 @@ class Trainer:
             self.entropy_ctl = control.EntropyCoefController(cfg.entropy)
             self.temp_ctl = control.TemperatureController(cfg.temperature, cfg.sampling.temperature)
             self.monitor = monitor.Monitor(cfg.monitor)
+            self.failures = failures.RewardFailures()  # reward failures said once each; a total one stops the run
+            self.steps_taken = 0  # by this process (a reward failing on every row of the first one stops the run)
             self.reward_weights = control.RewardWeights(self.actor.dims, rewards_lib.weights(self.actor.specs),
                                                         cfg.rewards.weights)
             self.ahead = RolloutsAhead(cfg, self.actor, self.stream, lambda s: self._step_keys(s)[0],
@@ -151,6 +154,8 @@ class Trainer:
                                               n_prompts=cfg.prompts_per_step, weights=weights, dynamic=cfg.dynamic,
                                               advantage=cfg.advantage, temperature=pending.temperature,
                                               first=scored or (pending.rows, pending.rollout))
+        self.failures.check(step + 1, exp.errors, exp.reasons, self.logger, first=not self.steps_taken)
+        self.steps_taken += 1
         t1 = time.perf_counter()
         adv, diag = experience.advantages_and_diagnostics(exp, weights, cfg=cfg.advantage)
         batch = experience.make_batch(exp, adv, self.mesh, mask_truncated=cfg.loss.mask_truncated)
@@ -218,7 +223,7 @@ class Trainer:
                 _warn(self.logger, step, "format_zero", experience.format_zero_warning(metrics))
             self.logger.log_samples(step, experience.logged_samples(out.experience, self.actor.dims,
                                                                     cfg.logging.samples_per_step))
-            alarms = self.monitor.observe(step, metrics)
+            alarms = self.failures.explain(self.monitor.observe(step, metrics))
             paused = monitor.should_pause(alarms)
             if periodic_checkpoint(cfg, step) or step == cfg.steps or paused:
                 self.save(metrics)

@@ -4,7 +4,11 @@ rolls back and exports with a reward from outside the package."""
 
 from __future__ import annotations
 
+import hashlib
+import importlib
+import inspect
 import json
+import math
 import os
 import sys
 import textwrap
@@ -17,7 +21,7 @@ from grpo_jax import build, export, train
 from grpo_jax.config import TrainConfig, from_dict, override
 from grpo_jax.rewards import MissingFieldError, RewardInputError, RewardResult
 from grpo_jax.rewards.registry import RewardSpec, describe, evaluate, start_evaluate
-from grpo_jax.rewards.user import adapt, adapt_batched, user_reward
+from grpo_jax.rewards.user import adapt, adapt_batched, source_version, user_reward
 from grpo_jax.runlog import read_jsonl
 from grpo_jax.tasks import get_task
 from tests.test_train import tiny_config
@@ -50,24 +54,33 @@ def test_a_plain_function_gets_the_completion_the_row_fields_and_its_spec_kwargs
     assert everything("x", ROW).score == 1.0 and everything.accepted_kwargs is None  # **row: every field
 
 
-def test_model_output_never_raises_a_bad_row_does_and_scores_are_bounded():
+def test_model_output_never_raises_a_failure_is_an_error_none_does_not_apply_and_scores_pass_through():
     def fragile(completion, answer):
         return 1.0 / (len(completion) - 3)  # ZeroDivisionError on a 3-character completion
 
     fn = adapt(fragile, "mod:fragile")
-    broken = fn("abc", ROW)
-    assert broken.score == 0.0 and broken.info["reason"] == "internal_error" and "ZeroDivision" in broken.info["error"]
+    broken = fn("abc", ROW)  # the row does not count for the dimension (NaN) and says why, where
+    assert math.isnan(broken.score) and broken.info["reason"] == "internal_error"
+    assert broken.info["error"] == "ZeroDivisionError: float division by zero"
+    assert broken.info["error_kind"] == "ZeroDivisionError" and broken.info["where"].endswith("in fragile")
     assert fn("abcd", ROW).score == 1.0
-    over = fn("abcd" + "", {"answer": "1"})  # 1.0: in range, no note
-    assert "unclamped" not in over.info
-    assert fn("ab", ROW).score == 0.0 and fn("ab", ROW).info["unclamped"] == -1.0  # -1 clamped to [0, 1], noted
+    low = fn("ab", ROW)  # 1 / -1: no range declared, so the score is the function's, unclamped
+    assert low.score == -1.0 and low.info["reason"] == "ok"
     assert fn(None, ROW).info["reason"] == "response_not_a_string"
-    odd = adapt(lambda completion, **row: "yes", "mod:odd")("x", ROW)  # not a number: that completion scores 0
-    assert odd.score == 0.0 and "must return a number or a RewardResult" in odd.info["error"]
-    nan = adapt(lambda completion, **row: float("nan"), "mod:nan")("x", ROW)
-    assert nan.score == 0.0
-    wide = adapt(user_reward("1", lo=-1.0, hi=0.0)(lambda completion, **row: -0.25), "mod:penalty")
-    assert wide("x", ROW).score == -0.25 and wide.score_range == (-1.0, 0.0)
+    for value, kind in (("yes", "wrong_type"), ([1.0], "wrong_type"), (float("nan"), "not_finite"),
+                        (float("inf"), "not_finite")):
+        odd = adapt(lambda completion, v=value, **row: v, "mod:odd")("x", ROW)
+        assert math.isnan(odd.score) and odd.info["reason"] == "bad_score" and odd.info["error_kind"] == kind, value
+    assert "a reward returns a number, None" in adapt(lambda completion, **row: "yes", "m:s")("x", ROW).info["error"]
+    skipped = adapt(lambda completion, **row: None, "mod:none")("x", ROW)  # TRL's None: does not apply here
+    assert math.isnan(skipped.score) and skipped.info["reason"] == "not_applicable"
+    penalty = user_reward("1", low=-1.0, high=0.0)
+    assert adapt(penalty(lambda completion, **row: -0.25), "m:p")("x", ROW).score == -0.25
+    outside = adapt(penalty(lambda completion, **row: 0.5), "m:p")("x", ROW)
+    assert math.isnan(outside.score) and outside.info["error_kind"] == "out_of_range"
+    assert "outside the range [-1, 0]" in outside.info["error"]
+    assert adapt(user_reward("1", lo=-1.0, hi=0.0)(lambda completion, **row: 0), "m:q").score_range == (-1.0, 0.0)
+    assert adapt(lambda completion, **row: 0, "m:r").score_range == (-math.inf, math.inf)
     with pytest.raises(MissingFieldError, match=r"reward 'mod:fragile' takes \['answer'\], which the row does not"):
         fn("abcd", {"prompt": "1+1="})  # a data bug: stops the run
     with pytest.raises(RewardInputError, match=r"keyword arguments \['answer'\] of its spec are also fields"):
@@ -85,7 +98,7 @@ def _specs(*entries):
     return build.reward_specs(cfg, get_task("arithmetic"))
 
 
-def test_the_version_comes_from_the_decorator_or_the_spec_and_one_of_them_is_required():
+def test_the_version_comes_from_the_decorator_the_spec_or_else_a_digest_of_the_source():
     specs = _specs({"name": "my_rewards:brevity", "kwargs": {"budget": 8}},
                    {"name": "my_rewards:contains_answer", "version": "7"})
     assert [(d["dimension"], d["name"], d["version"]) for d in describe(specs)] == [
@@ -94,9 +107,18 @@ def test_the_version_comes_from_the_decorator_or_the_spec_and_one_of_them_is_req
     rewards, infos = evaluate(specs, ["", "42 is it"], [ROW, ROW])
     np.testing.assert_allclose(rewards, [[1.0, 0.0], [0.0, 1.0]])
     assert infos["versions"] == {"brevity": "1", "contains_answer": "7"}
-    with pytest.raises(ValueError, match=r"rewards\.specs\[0\] = .*: reward 'my_rewards:contains_answer' has no "
-                                         r"version: decorate it with @grpo_jax\.rewards\.user_reward"):
-        _specs({"name": "my_rewards:contains_answer"})
+    # neither: a digest of the function's source, which changes with the function's text
+    digest = describe(_specs({"name": "my_rewards:contains_answer"}))[0]["version"]
+    source = inspect.getsource(importlib.import_module("my_rewards").contains_answer)
+    assert digest == "src-" + hashlib.sha256(source.encode()).hexdigest()[:12]
+
+    def one(completion):
+        return 1.0
+
+    def other(completion):
+        return 0.0
+
+    assert source_version(one) != source_version(other)
     with pytest.raises(ValueError, match=r"rewards\.specs\[0\] = .*pins version '2' but the reward is '1'"):
         _specs({"name": "my_rewards:brevity", "version": "2"})
     with pytest.raises(ValueError, match=r"rewards\.specs\[0\] = .*unknown kwargs \['budgt'\]; accepted: \['answer'\]"):
@@ -317,8 +339,8 @@ def test_a_reward_declared_with_threads_runs_concurrently_and_after_start_return
 
 @pytest.mark.parametrize("error", ["RuntimeError", "RewardInputError"])
 def test_a_threaded_reward_that_raises_is_scored_or_named_like_an_inline_one(tmp_path, monkeypatch, error):
-    """What a threaded user reward raises is handled as it is inline: an ordinary exception costs the completion
-    a score of 0 with the error in its info; a RewardInputError (a bad row) stops scoring, raised by
+    """What a threaded user reward raises is handled as it is inline: an ordinary exception fails the row (NaN,
+    left out of the dimension) with the error in its info; a RewardInputError (a bad row) stops scoring, raised by
     `result()` with the dimension and the row named."""
     if error == "RewardInputError":
         WAITING = "from grpo_jax.rewards import RewardInputError\n"
@@ -330,7 +352,8 @@ def test_a_threaded_reward_that_raises_is_scored_or_named_like_an_inline_one(tmp
         return
     _waiting_rewards(tmp_path, monkeypatch, "waiting_rewards_b", error)
     r, infos = evaluate([RewardSpec("waiting_rewards_b:judge_down")], ["a", "b"], [ROW, ROW])
-    np.testing.assert_array_equal(r[:, 0], [0.0, 0.0])
+    assert np.isnan(r[:, 0]).all()  # a failed row does not count for the dimension
+    assert infos["per_response"][0]["judge_down"]["reason"] == "internal_error"
     assert "the judge is down" in json.dumps(infos["per_response"][0])
 
 
@@ -345,7 +368,8 @@ def test_threads_must_be_a_non_negative_int_and_travel_through_the_adapter():
 
 def test_a_batched_reward_is_called_once_per_batch_with_the_rows_as_columns():
     """`batched=True`: one call for the batch, the completions as a list and each row field as a list over the
-    batch (spec kwargs as they are); scores are clamped to the range and NaN scores 0, as per completion."""
+    batch (spec kwargs as they are); each score is read as a per-completion reward's is: no declared range, so
+    3.0 stays 3.0, and a NaN is an error of that row."""
     calls = []
 
     @user_reward("1", batched=True)
@@ -357,23 +381,26 @@ def test_a_batched_reward_is_called_once_per_batch_with_the_rows_as_columns():
     rows = [dict(ROW, answer=a) for a in ("42", "7", "9")]
     results = fn(["it is 42", "8", "9", "x"], rows + [dict(ROW, answer="x")], scale=3.0)
     assert calls == [(["it is 42", "8", "9", "x"], ["42", "7", "9", "x"], 3.0)]
-    assert [r.score for r in results] == [1.0, 0.0, 1.0, 0.0]  # 3.0 clamped to 1; the last NaN scores 0
-    assert results[0].info["unclamped"] == 3.0 and all(r.info["reason"] == "ok" for r in results)
+    assert [r.score for r in results[:3]] == [3.0, 0.0, 3.0] and np.isnan(results[3].score)
+    assert [r.info["reason"] for r in results] == ["ok", "ok", "ok", "bad_score"]
+    assert results[3].info["error_kind"] == "not_finite"
     assert fn.reward_batched and fn.accepted_kwargs == {"answer", "scale"}
 
 
-@pytest.mark.parametrize("body, words", [
-    ("raise RuntimeError('judge down')", "judge down"),
-    ("return [1.0]", "returned 1 scores for 2 completions"),
-    ("return [1.0, 'yes']", "returned str"),
+@pytest.mark.parametrize("body, reasons, words", [
+    ("raise RuntimeError('judge down')", ["internal_error"] * 2, "judge down"),
+    ("return [1.0]", ["bad_score"] * 2, "returned 1 scores for 2 completions"),
+    ("return 1.0", ["bad_score"] * 2, "returned float 1.0; a batched reward returns one score per completion"),
+    ("return [1.0, 'yes']", ["ok", "bad_score"], "returned str"),
 ])
-def test_a_batched_reward_that_fails_costs_its_batch_zero_with_the_error(body, words):
+def test_a_batched_reward_that_fails_fails_its_rows_with_the_error(body, reasons, words):
     namespace: dict = {}
     exec(f"def judge(completions, **row):\n    {body}\n", namespace)
     fn = adapt_batched(user_reward("1", batched=True)(namespace["judge"]), "m:judge")
     results = fn(["a", "b"], [ROW, ROW])
-    assert [r.score for r in results] == [0.0, 0.0]
-    assert all(r.info["reason"] == "internal_error" and words in r.info["error"] for r in results)
+    assert [r.info["reason"] for r in results] == reasons
+    failed = [r for r in results if r.info["reason"] != "ok"]
+    assert all(np.isnan(r.score) and words in r.info["error"] for r in failed)
 
 
 def test_a_batched_reward_with_a_missing_field_names_it_and_the_batch(tmp_path, monkeypatch):

@@ -13,6 +13,7 @@ import functools
 import inspect
 import math
 import time
+import traceback
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,7 +32,8 @@ class MissingFieldError(RewardInputError, KeyError):
 
 @dataclass(frozen=True)
 class RewardResult:
-    """One reward value and why: `score` in [0, 1] (penalties in [-1, 0]), `info` for logs/diagnostics."""
+    """One reward value and why: `score` (the built-ins' in [0, 1], penalties in [-1, 0]; NaN where the reward
+    does not apply), `info` for logs/diagnostics."""
 
     score: float
     info: Mapping[str, Any] = field(default_factory=dict)
@@ -65,6 +67,40 @@ def as_str_list(value: Any, field_name: str) -> list[str]:
     return out
 
 
+# A reward's info["reason"] for a row it does not score: its score is NaN there, which the advantage estimators
+# and the diagnostics read as "missing" (left out of that dimension's statistics, as TRL reads a None).
+NOT_APPLICABLE = "not_applicable"
+# Reasons that mean the reward itself failed on the row (not the model): `internal_error` (it raised) and
+# `bad_score` (a user reward returned NaN, the wrong type or count, or a score outside its declared range).
+# Each such row carries info["error"] (one line) and info["error_kind"]; the trainer counts them per dimension.
+ERROR_REASONS = ("internal_error", "bad_score")
+
+
+def raised(e: BaseException) -> dict[str, Any]:
+    """The info of a row on which the reward raised `e`: the exception's last traceback line as the error, its
+    class as the kind, and where in the reward's own code it was raised (the innermost frame)."""
+    frames = traceback.extract_tb(e.__traceback__) if e.__traceback__ is not None else []
+    where = f"{frames[-1].filename}:{frames[-1].lineno} in {frames[-1].name}" if frames else None
+    line = traceback.format_exception_only(type(e), e)[-1].strip()
+    return {"reason": "internal_error", "error": " ".join(line.split())[:300], "error_kind": type(e).__name__,
+            **({"where": where} if where else {})}
+
+
+def bad_score(kind: str, message: str) -> dict[str, Any]:
+    """The info of a row whose score a user reward got wrong (`kind`: not_finite, wrong_type, wrong_length,
+    out_of_range)."""
+    return {"reason": "bad_score", "error": message[:300], "error_kind": kind}
+
+
+def final_score(score: float, info: Mapping[str, Any], lo: float, hi: float) -> float:
+    """The score a row keeps: NaN where the reward does not apply or a user reward failed with a NaN score (the
+    row is left out of that dimension), else `bounded`."""
+    reason = info.get("reason")
+    if reason == NOT_APPLICABLE or (reason in ERROR_REASONS and math.isnan(float(score))):
+        return math.nan
+    return bounded(score, lo, hi)
+
+
 def bounded(score: float, lo: float, hi: float) -> float:
     """Clamp and sanitise a score: NaN would silently poison the advantage estimator."""
     score = float(score)
@@ -73,7 +109,8 @@ def bounded(score: float, lo: float, hi: float) -> float:
     return min(hi, max(lo, score))
 
 
-def reward(name: str, version: str, *, lo: float = 0.0, hi: float = 1.0) -> Callable[[RewardFn], RewardFn]:
+def reward(name: str, version: str | None, *, lo: float = 0.0, hi: float = 1.0,
+           error_score: float = 0.0) -> Callable[[RewardFn], RewardFn]:
     """Register metadata on a reward function and make it total on model output.
 
     Why a decorator: every reward needs the same three guarantees (bounded score, timing in info, no
@@ -107,11 +144,11 @@ def reward(name: str, version: str, *, lo: float = 0.0, hi: float = 1.0) -> Call
                 except RewardInputError:
                     raise
                 except Exception as e:  # noqa: BLE001 - the reward must not crash training
-                    result = RewardResult(0.0, {"reason": "internal_error", "error": repr(e)[:300]})
+                    result = RewardResult(error_score, raised(e))
             info = dict(result.info)
             info.setdefault("reason", "ok")
             info["time_s"] = time.perf_counter() - t0
-            return RewardResult(bounded(result.score, lo, hi), info)
+            return RewardResult(final_score(result.score, info, lo, hi), info)
 
         wrapped.reward_name = name  # type: ignore[attr-defined]
         wrapped.reward_version = version  # type: ignore[attr-defined]

@@ -83,9 +83,12 @@ def reward_fn(name: str) -> RewardFn:
 
 
 def spec_version(spec: "RewardSpec") -> str:
-    """The version that scores a dimension: its reward's own, or for a user function that declares none,
-    the spec's `version` (RewardSpec requires one of the two)."""
-    return getattr(reward_fn(spec.name), "reward_version", None) or spec.version  # type: ignore[return-value]
+    """The version that scores a dimension: its reward's own, or for a user function that declares none, the
+    spec's `version`, else the digest of the function's source (`user.source_version`; RewardSpec requires one
+    of the three)."""
+    fn = reward_fn(spec.name)
+    return (getattr(fn, "reward_version", None) or spec.version  # type: ignore[return-value]
+            or getattr(fn, "source_version", None))
 
 
 def _keyword_params(fn: RewardFn) -> set[str] | None:
@@ -128,10 +131,10 @@ class RewardSpec:
         if self.version is not None and (not isinstance(self.version, str) or not self.version):
             raise ValueError(f"RewardSpec({self.name!r}).version must be a non-empty string such as \"1\", "
                              f"got {self.version!r}")
-        if current is None and self.version is None:
-            raise ValueError(f"reward {self.name!r} has no version: decorate it with "
-                             "@grpo_jax.rewards.user_reward(\"1\") or give its spec \"version\": \"1\" (change it "
-                             "whenever its scores change; the run's manifest.json records it)")
+        if current is None and self.version is None and getattr(fn, "source_version", None) is None:
+            raise ValueError(f"reward {self.name!r} has no version and Python cannot read its source to digest: "
+                             "decorate it with @grpo_jax.rewards.user_reward(\"1\") or give its spec \"version\": "
+                             "\"1\" (change it whenever its scores change; the run's manifest.json records it)")
         if current is not None and self.version is not None and self.version != current:
             raise ValueError(f"RewardSpec({self.name!r}) pins version {self.version!r} but the reward is {current!r}")
         if self.label is not None and (not isinstance(self.label, str) or not self.label):
@@ -166,7 +169,18 @@ def dimension_names(specs: Sequence[RewardSpec]) -> list[str]:
         if s.when is not None and (s.when == s.dimension or s.when not in ungated):
             raise ValueError(f"reward dimension {s.dimension!r}: when={s.when!r} must name another dimension of "
                              f"this run that has no `when` of its own; dimensions without one: {sorted(ungated)}")
+        if s.when is not None:
+            _check_gate_range(s, next(g for g in specs if g.dimension == s.when))
     return names
+
+
+def _check_gate_range(spec: RewardSpec, condition: RewardSpec) -> None:
+    """`gate` needs the condition's top score ("satisfied") and the gated reward's lowest: a user reward that
+    declares no range (`user_reward(low=, high=)`) has neither, which is an error naming the dimension."""
+    for s, end, word in ((condition, 1, "high"), (spec, 0, "low")):
+        if not math.isfinite(reward_fn(s.name).score_range[end]):  # type: ignore[attr-defined]
+            raise ValueError(f"reward dimension {spec.dimension!r} has when={spec.when!r}, which needs reward "
+                             f"{s.name!r} to declare its {word} score: @user_reward(..., low=, high=)")
 
 
 def describe(specs: Sequence[RewardSpec]) -> list[dict[str, Any]]:
