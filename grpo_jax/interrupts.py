@@ -60,17 +60,20 @@ def exit_code(name: str) -> int:
     return 128 + signal.Signals[name].value
 
 
-def interrupted_line(name: str, *, step: int, steps: int) -> str:
-    """What a run stopped by `name` at `step` (of `steps`) left, and what --resume does with it: one line."""
+def interrupted_line(name: str, *, step: int, steps: int, run: str = "", again: str = "the same command with --resume"
+                     ) -> str:
+    """What a run (`run`: words naming it, for a command that trains several) stopped by `name` at `step` (of
+    `steps`) left, and what `again` (the command that continues it) does with it: one line."""
     if step == 0:
-        return (f"interrupted by {name} before the first step: nothing to save; the same command starts the run "
-                "again at step 0")
+        return (f"{run or 'the run'} was interrupted by {name} before its first step: nothing to save; "
+                f"{again.removesuffix(' with --resume')} starts it again at step 0")
     then = (f"continues from step {step} to {steps}" if step < steps else
             "trains nothing more and writes what the stop skipped (checkpoint.export_hf's export)")
-    return f"interrupted by {name} at step {step}: checkpoint saved; the same command with --resume {then}"
+    return f"interrupted by {name} at step {step}{' of ' + run if run else ''}: checkpoint saved; {again} {then}"
 
 
-def exit_interrupted(name: str, *, step: int, steps: int) -> None:
-    """End a launcher whose run a signal stopped: print `interrupted_line`, exit with `exit_code(name)`."""
-    print(interrupted_line(name, step=step, steps=steps), file=sys.stderr, flush=True)
+def exit_interrupted(name: str, *, step: int, steps: int, **words: str) -> None:
+    """End a launcher whose run a signal stopped: print `interrupted_line` (`words`: its `run` and `again`),
+    exit with `exit_code(name)`."""
+    print(interrupted_line(name, step=step, steps=steps, **words), file=sys.stderr, flush=True)
     sys.exit(exit_code(name))

@@ -134,7 +134,8 @@ def test_exit_code_and_line_of_each_signal(capsys):
     with pytest.raises(SystemExit) as stopped:
         interrupts.exit_interrupted("SIGTERM", step=0, steps=4)
     assert stopped.value.code == 143
-    assert "before the first step: nothing to save" in capsys.readouterr().err
+    assert capsys.readouterr().err == ("the run was interrupted by SIGTERM before its first step: nothing to save; "
+                                       "the same command starts it again at step 0\n")
 
 
 def test_caught_leaves_other_threads_and_ignored_signals_alone(sigint_raises):
@@ -197,3 +198,53 @@ def test_an_interrupted_experiment_writes_its_report_and_its_resume_lists_the_st
     assert [(s["from_step"], s["to_step"], s["interrupted"], s["signal"]) for s in final["segments"]] == [
         (0, 1, False, "SIGINT"), (1, 2, False, None)]
     assert final["sft_steps"] == report["sft_steps"] is not None  # the warm start's figures, kept across the stop
+
+
+def test_with_off_policy_rollouts_the_interrupted_event_notes_the_resume_decodes_on_policy(tmp_path, sigint_raises):
+    """rollout.off_policy_steps=1: step 2's rollout was decoded one update behind before the signal; a resume
+    cannot redo that (the older params are not checkpointed), and the event says so. At a periodic checkpoint
+    nothing is dispatched ahead across it, so no note."""
+    for every, noted in ((50, True), (2, False)):
+        out = tmp_path / f"every-{every}"
+        tr = train.Trainer(signal_config("steps=4", f"checkpoint.every={every}", "rollout.off_policy_steps=1"),
+                           str(out), quiet=True)
+        step_once = tr.step_once
+
+        def step_then_ctrl_c(tr=tr, step_once=step_once):
+            result = step_once()
+            if tr.step == 2:
+                signal.raise_signal(signal.SIGINT)
+            return result
+
+        tr.step_once = step_then_ctrl_c
+        assert tr.run()["interrupted"] == "SIGINT"
+        (event,) = [e for e in read_jsonl(str(out / "events.jsonl")) if e["kind"] == "interrupted"]
+        assert event["checkpoint"] == 2 and ("note" in event) == noted, event
+        assert _checkpoint_steps(out) == [2]
+
+
+def test_a_study_stops_at_an_interrupted_run_naming_it(tmp_path, monkeypatch, capsys):
+    """A study trains its runs in-process: one that a signal stopped must end the study (exit 130 with a line
+    naming the run) instead of going on to the next segment or arm as if it had finished."""
+    from grpo_jax import study
+
+    class Stopped:
+        """Trainer.run's summary of a run SIGINT stopped at step 3 of 10 (what the study reads of a Trainer)."""
+
+        def __init__(self, cfg, out_dir, **kwargs):
+            self.cfg, self.out_dir = cfg, out_dir
+
+        def set_params(self, params):
+            pass
+
+        def run(self):
+            return {"steps": 3, "paused": False, "interrupted": "SIGINT", "wall_seconds": 1.0}
+
+    monkeypatch.setattr(study, "Trainer", Stopped)
+    cfg = signal_config("steps=10")
+    arm = study.Arm(switch_at=5, switch=("optim.lr=0.001",))  # two segments: the second must not start
+    with pytest.raises(SystemExit) as stopped:
+        study.run_arm(cfg, arm, str(tmp_path), params=None, quiet=True)
+    assert stopped.value.code == 130
+    assert capsys.readouterr().err == (f"interrupted by SIGINT at step 3 of {tmp_path}: checkpoint saved; the same "
+                                       "study command continues from step 3 to 5\n")
