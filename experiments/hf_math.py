@@ -36,7 +36,7 @@ import tokenizers
 import transformers
 from tokenizers import decoders, models, pre_tokenizers, trainers
 
-from grpo_jax import aot
+from grpo_jax import aot, interrupts
 from grpo_jax.cli import for_people, out_dir, parse_args
 from grpo_jax.config import TrainConfig, override
 from grpo_jax.tokenizer import TAGS
@@ -201,6 +201,8 @@ def main(argv=None) -> dict:
     summary = trainer.run()
     trainer.report(summary, title="GRPO from a Hugging Face checkpoint on local data")
     print(json.dumps(summary))
+    if summary["interrupted"]:  # Ctrl-C / SIGTERM: checkpointed at the step reached, reported, exit 130 / 143
+        interrupts.exit_interrupted(summary["interrupted"], step=summary["steps"], steps=cfg.steps)
     return summary
 
 

@@ -93,6 +93,12 @@ class RolloutsAhead:
             raise pending.scored
         return pending
 
+    def lag(self, step: int) -> int:
+        """The lag of `step`'s rollout when it is already dispatched (`Pending.lag`), else 0 (it will be decoded
+        with the params of `step`)."""
+        pending = self._pending.get(step)
+        return pending.lag if pending is not None else 0
+
     def drop(self) -> None:
         """Forget the rollouts dispatched ahead; their rows go back to the stream (the oldest one's cursor)."""
         self.stream.cursor = self.cursor()

@@ -19,7 +19,7 @@ import os
 import time
 from collections.abc import Callable
 
-from grpo_jax import aot, monitor, runfolder, runlog
+from grpo_jax import aot, interrupts, monitor, runfolder, runlog
 from grpo_jax.cli import for_people, out_dir, parse_args
 from grpo_jax.sft import warm_start
 from grpo_jax.train import Trainer, open_trainer
@@ -67,7 +67,8 @@ class Spec:
 def run(argv, *, doc: str, get_config, spec: Spec, clock: Clock) -> dict:
     """Parse the command line, warm-start (a fresh run) and train, then report; returns the summary. The run
     folder stays locked until the report is written (`runlock`); another run there exits with an error naming
-    it, and a run paused by an alarm exits with `monitor.PAUSE_EXIT_CODE` after its report."""
+    it, a run paused by an alarm exits with `monitor.PAUSE_EXIT_CODE` after its report, and a run stopped by
+    SIGINT / SIGTERM (checkpointed at the step reached) with 128 + the signal's number after its report."""
     args, cfg = parse_args(argv, description=doc, get_config=get_config)
     if args.compile_only:
         return aot.compile_only(args, cfg)
@@ -76,25 +77,28 @@ def run(argv, *, doc: str, get_config, spec: Spec, clock: Clock) -> dict:
     trainer = open_trainer(cfg, out, resume=args.resume, quiet=args.quiet)
     hold = trainer.lock.again() if trainer.lock is not None else None  # the trainer's is released by run()
     try:
-        summary, paused = _train_and_report(trainer, args, cfg, out, spec, clock, last_write)
+        summary, ended = _train_and_report(trainer, args, cfg, out, spec, clock, last_write)
     finally:
         if hold is not None:
             hold.release()
-    if paused:
+    if ended["paused"]:
         monitor.exit_paused(out, trainer.step)
+    if ended["interrupted"]:
+        interrupts.exit_interrupted(ended["interrupted"], step=trainer.step, steps=cfg.steps)
     return summary
 
 
 def _train_and_report(trainer: Trainer, args, cfg, out: str, spec: Spec, clock: Clock,
-                      last_write: float | None) -> tuple[dict, bool]:
-    """The warm start (a fresh run), GRPO, then report.md / report.json; (summary, whether an alarm paused)."""
+                      last_write: float | None) -> tuple[dict, dict]:
+    """The warm start (a fresh run), GRPO, then report.md / report.json; (summary, `Trainer.run`'s summary: how
+    the run ended). A run stopped by a signal before its first GRPO step has no report to write."""
     first_step = trainer.step
     runfolder.open_segment(trainer.logger.out_dir, step=first_step, started_at=clock.wall, last_write=last_write,
                         warm_start=first_step == 0)
     sft = _warm_start(trainer, spec.sft(args.smoke), quiet=args.quiet) if first_step == 0 else {}
-    paused = trainer.run()["paused"]
-    if trainer.logger.out_dir != out:  # a multi-process run: process 0 writes the report
-        return {"steps": trainer.step}, paused
+    ended = trainer.run()
+    if trainer.logger.out_dir != out or (ended["interrupted"] and trainer.step == 0):  # process 0 writes the report
+        return {"steps": trainer.step, "interrupted": ended["interrupted"]}, ended
     wall_now = time.perf_counter() - clock.perf  # the plots and report below are not counted
     rows = runlog.read_jsonl(os.path.join(out, "metrics.jsonl"))
     events = runlog.read_jsonl(trainer.logger.path("events"))
@@ -103,20 +107,20 @@ def _train_and_report(trainer: Trainer, args, cfg, out: str, spec: Spec, clock: 
         warm = [e for e in runfolder.current_run(events) if e["kind"] == "warm_start"]
         sft = warm[-1] if warm else {}
     segments.append({"from_step": first_step, "to_step": trainer.step, "wall_seconds": wall_now,
-                     "warm_start": first_step == 0, "interrupted": False})
+                     "warm_start": first_step == 0, "interrupted": False, "signal": ended["interrupted"]})
     summary = summarize(rows, sft=sft, seed=cfg.seed, segments=segments, figures=spec.figures,
                         wall=sum(s["wall_seconds"] or 0.0 for s in segments if counted(s)))
-    summary.update(spec.problem_figures(trainer.eval_rows))
+    summary.update(spec.problem_figures(trainer.eval_rows), interrupted=ended["interrupted"])
     checks = spec.targets(summary)
     sections = [("Targets", "\n".join(f"- [{'x' if ok else ' '}] {text}" for text, ok in checks)),
                 ("Segments (the first process, then each --resume)", segments_section(segments))]
     trainer.report(summary, title=spec.title, sections=sections + ([("Caveat", spec.caveat)] if spec.caveat else []))
     runfolder.close_segment(trainer.logger.out_dir, from_step=first_step, to_step=trainer.step, started_at=clock.wall,
-                         wall_seconds=wall_now, warm_start=first_step == 0)
+                         wall_seconds=wall_now, warm_start=first_step == 0, signal=ended["interrupted"])
     for text, ok in checks:
         print(("PASS " if ok else "MISS ") + text)
     print(f"report: {os.path.join(out, 'report.md')}")
-    return summary, paused
+    return summary, ended
 
 
 def _warm_start(trainer: Trainer, settings: dict, *, quiet: bool) -> dict:
@@ -159,7 +163,8 @@ def summarize(rows: list[dict], *, sft: dict, wall: float, seed: int, segments: 
         "seed": seed,
         "sft_steps": sft.get("sft_steps"),
         "sft_valid_accuracy": sft.get("sft_valid_accuracy"),
-        "segments": [{k: seg.get(k) for k in ("from_step", "to_step", "wall_seconds", "warm_start", "interrupted")}
+        "segments": [{k: seg.get(k) for k in ("from_step", "to_step", "wall_seconds", "warm_start", "interrupted",
+                                              "signal")}
                      for seg in segments or []],
         **figures(evals, train),
     }
@@ -186,6 +191,6 @@ def segments_section(segments: list[dict]) -> str:
         elif not counted(seg):
             wall += " (no step taken: not counted)"
         warm = "yes" if seg.get("warm_start") else "no"
-        ended = "interrupted" if seg.get("interrupted") else "normally"
+        ended = "interrupted" if seg.get("interrupted") else f"by {seg['signal']}" if seg.get("signal") else "normally"
         lines.append(f"| {i} | {seg['from_step']} -> {seg['to_step']} | {wall} | {warm} | {ended} |")
     return "\n".join(lines)

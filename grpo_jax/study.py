@@ -30,7 +30,7 @@ import flax.serialization
 import numpy as np
 
 from grpo_jax.cli import out_dir, parse_args
-from grpo_jax import aot, runlock, stats
+from grpo_jax import aot, interrupts, runlock, stats
 from grpo_jax.assemble import RunParts, assemble
 from grpo_jax.config import TrainConfig, flat_dict, from_dict, override, to_dict
 from grpo_jax.fileio import atomic_write, atomic_write_text
@@ -328,9 +328,9 @@ def run_arm(cfg: TrainConfig, arm: Arm, run_dir: str, params, *, quiet: bool) ->
 def _train_segments(cfg: TrainConfig, arm: Arm, run_dir: str, params, progress: dict, *, quiet: bool):
     """`run_arm` before any pause it handles: train (or resume) each remaining segment; the last summary."""
     if progress["rollback"] is not None:  # rolled back after a pause: go on with the rollback's config
-        return Trainer(from_dict(TrainConfig, progress["rollback"]), run_dir, resume=True, quiet=quiet).run()
+        return _train(Trainer(from_dict(TrainConfig, progress["rollback"]), run_dir, resume=True, quiet=quiet))
     if progress["paused"] and arm.pause_resume:  # continued after a pause with the arm's recovery
-        return Trainer(override(cfg, list(arm.on_pause)), run_dir, resume=True, quiet=quiet).run()
+        return _train(Trainer(override(cfg, list(arm.on_pause)), run_dir, resume=True, quiet=quiet))
     summary, at = None, progress["checkpoint"]
     for end, seg_cfg in arm_segments(cfg, arm):
         if at is not None and at >= end:
@@ -340,9 +340,19 @@ def _train_segments(cfg: TrainConfig, arm: Arm, run_dir: str, params, progress: 
         trainer = Trainer(seg_cfg, run_dir, resume=at is not None, quiet=quiet)
         if at is None:
             trainer.set_params(params)
-        summary, at = trainer.run(), end
+        summary, at = _train(trainer), end
         if summary["paused"]:
             return summary
+    return summary
+
+
+def _train(trainer: Trainer) -> dict:
+    """`trainer.run()`; a run that Ctrl-C or SIGTERM stopped (checkpointed at the step reached) ends the study
+    process with one line naming the run (`interrupts.exit_interrupted`): the same study command resumes it."""
+    summary = trainer.run()
+    if summary["interrupted"]:
+        interrupts.exit_interrupted(summary["interrupted"], step=summary["steps"], steps=trainer.cfg.steps,
+                                    run=trainer.out_dir, again="the same study command")
     return summary
 
 
@@ -350,7 +360,7 @@ def _continue_after_pause(cfg: TrainConfig, arm: Arm, run_dir: str, paused_at: i
     """The arm's recovery from the pause at `paused_at`: resume there with `on_pause` (`pause_resume`), or run
     the rollback command of the pause's alarm report with `on_pause` added."""
     if arm.pause_resume:
-        Trainer(override(cfg, list(arm.on_pause)), run_dir, resume=True, quiet=quiet).run()
+        _train(Trainer(override(cfg, list(arm.on_pause)), run_dir, resume=True, quiet=quiet))
         return
     report = json.loads(open(os.path.join(run_dir, "alarms", f"step-{paused_at}.json")).read())
     argv = shlex.split(report["rollback_command"])[3:]  # drop "python -m grpo_jax.train"

@@ -18,8 +18,8 @@ import warnings
 import jax
 import jax.numpy as jnp
 
-from grpo_jax import (aot, control, evaluation, experience, failures, monitor, presets, provenance, runfolder, runlock,
-                      sharding)
+from grpo_jax import (aot, control, evaluation, experience, failures, interrupts, monitor, presets, provenance,
+                      runfolder, runlock, sharding)
 from grpo_jax import export as export_lib
 from grpo_jax import data as data_lib
 from grpo_jax import rewards as rewards_lib
@@ -201,19 +201,39 @@ class Trainer:
 
     # ------------------------------------------------------------------ the loop
     def run(self) -> dict:
-        """Step until cfg.steps or a pausing alarm; returns {"steps", "wall_seconds", "paused"}. The folder's
-        lock is released when it returns or raises."""
+        """Step until cfg.steps, a pausing alarm or a signal; returns {"steps", "wall_seconds", "paused",
+        "interrupted"}. The folder's lock is released when it returns or raises."""
         try:
             return self._run()
         finally:
             self.release_lock()
 
     def _run(self) -> dict:
-        cfg, start_time, paused = self.cfg, time.perf_counter(), False
+        """Within `interrupts.caught()`, SIGINT / SIGTERM end the loop after the step they arrive in, which is
+        then checkpointed (`_stop`); the export waits for a run that ends by itself."""
+        cfg, start_time = self.cfg, time.perf_counter()
+        with interrupts.caught(enabled=jax.process_count() == 1) as stop:
+            paused, metrics = self._loop(stop)
+            if stop.signal:
+                self._stop(stop.signal, metrics)
+        self.ahead.drop()  # rollouts dispatched for steps this run will not take (a pause, a signal)
+        if cfg.checkpoint.export_hf and not paused and not stop.signal:
+            hf_dir = os.path.join(self.out_dir, "hf")
+            info = export_lib.export_trainer(self, hf_dir)
+            if info is not None:
+                self.logger.event(self.step, "export", path=hf_dir, tokenizer=info["tokenizer"])
+        self.folder.close()
+        return {"steps": self.step, "wall_seconds": time.perf_counter() - start_time, "paused": paused,
+                "interrupted": stop.signal}
+
+    def _loop(self, stop: interrupts.Stop) -> tuple[bool, dict | None]:
+        """The steps, each logged, watched and checkpointed when due, until cfg.steps, a pausing alarm or a
+        signal (`stop`); returns (paused, the last step's metrics)."""
+        cfg, paused, metrics = self.cfg, False, None
         if self.step == 0 and cfg.logging.eval_every:
             self.logger.log(0, self.evaluate(sampled=sampled_eval_due(cfg, 0)))
         iteration_start = time.perf_counter()
-        while self.step < cfg.steps and not paused:
+        while self.step < cfg.steps and not paused and not stop.signal:
             out = self.step_once()
             metrics, step = out.metrics, self.step
             if (cfg.logging.eval_every and step % cfg.logging.eval_every == 0) or step == cfg.steps:
@@ -231,14 +251,24 @@ class Trainer:
             now = time.perf_counter()  # the whole iteration (step, logs, evaluation, checkpoint)
             self.iteration_seconds.append(now - iteration_start)
             iteration_start = now
-        self.ahead.drop()  # rollouts dispatched for steps this run will not take (a pause)
-        if cfg.checkpoint.export_hf and not paused:
-            hf_dir = os.path.join(self.out_dir, "hf")
-            info = export_lib.export_trainer(self, hf_dir)
-            if info is not None:
-                self.logger.event(self.step, "export", path=hf_dir, tokenizer=info["tokenizer"])
-        self.folder.close()
-        return {"steps": self.step, "wall_seconds": time.perf_counter() - start_time, "paused": paused}
+        return paused, metrics
+
+    def _stop(self, signal_name: str, metrics: dict | None) -> None:
+        """A signal ended the loop: checkpoint the step reached (unless it is on disk already: a periodic save,
+        or the checkpoint this process resumed from) and log an "interrupted" event. Step 0 has nothing to keep.
+        When the next step's rollout was decoded one update behind (rollout.off_policy_steps), the resumed run
+        decodes it again with the checkpoint's params (the older ones are not kept): the event says so, since
+        the two runs differ from there."""
+        step = self.step
+        saved = step > 0
+        if saved and step not in self.ckpt.steps():
+            self.save(metrics)
+        self.logger.event(step, "interrupted", signal=signal_name, checkpoint=step if saved else None,
+                          message=interrupts.interrupted_line(signal_name, step=step, steps=self.cfg.steps),
+                          **({"note": f"rollout.off_policy_steps: --resume decodes step {step}'s rollout with the "
+                                      "checkpoint's params (this run had it one update behind); the resumed run "
+                                      "differs from an uninterrupted one from there"}
+                             if self.ahead.lag(step) else {}))
 
     def report(self, summary: dict, *, title: str, sections=()) -> tuple[str, str]:
         """Plots, report.md and report.json in the run folder (`RunFolder.report`), with the data's report."""
@@ -317,6 +347,8 @@ def main(argv=None) -> dict:
     summary = trainer.run()
     if summary["paused"]:
         monitor.exit_paused(out, summary["steps"])
+    if summary["interrupted"]:
+        interrupts.exit_interrupted(summary["interrupted"], step=summary["steps"], steps=cfg.steps)
     return summary
 
 
