@@ -565,9 +565,9 @@ def _all_dropped(limit: int, how: str, n: int, shortest: int, part: str) -> Data
 def length_summary(report: Mapping[str, Any] | None) -> str | None:
     """One line saying how many training and held-out prompts the limit dropped or truncated (None when it
     touched none): printed when a run starts, beside the cleaning line."""
-    if not report or not any(report[part].get("dropped") or report[part].get("truncated") for part in ("train", "eval")):
+    verb = "dropped" if report and report["long_prompts"] == "drop" else "truncated"
+    if not report or not any(report[part][verb] for part in ("train", "eval")):
         return None
-    verb = "dropped" if report["long_prompts"] == "drop" else "truncated"
     parts = [f"{report[p][verb]} of {report[p]['rows']} {what} (longest {report[p]['longest']} tokens)"
              for p, what in (("train", "training rows"), ("eval", "held-out rows")) if report[p]["rows"]]
     how = "kept their last tokens" if verb == "truncated" else "were left out"

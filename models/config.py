@@ -105,7 +105,8 @@ class ModelConfig:
         if self.remat not in REMAT_MODES:
             raise ValueError(f"ModelConfig.remat must be one of {REMAT_MODES}, got {self.remat!r}")
         if not isinstance(self.max_positions, int) or self.max_positions < 0:
-            raise ValueError(f"ModelConfig.max_positions must be an int >= 0 (0 = none known), got {self.max_positions!r}")
+            raise ValueError(f"ModelConfig.max_positions must be an int >= 0 (0 = none known), "
+                             f"got {self.max_positions!r}")
         if not isinstance(self.logits_chunk, int) or self.logits_chunk < 0:
             raise ValueError(f"ModelConfig.logits_chunk must be an int >= 0 (0 = off), got {self.logits_chunk!r}")
         if not isinstance(self.module, str) or (self.module and ":" not in self.module):

@@ -91,8 +91,7 @@ def config_from_hf(hf: dict[str, Any], *, where: str = "config.json") -> ModelCo
     if float(text.get("partial_rotary_factor", 1.0)) != 1.0:
         raise CheckpointError(f"{where}: partial_rotary_factor={text['partial_rotary_factor']} is not supported")
     try:
-        heads = int(text["num_attention_heads"])
-        d_model = int(text["hidden_size"])
+        heads, d_model = int(text["num_attention_heads"]), int(text["hidden_size"])
         return ModelConfig(
             vocab_size=int(text["vocab_size"]),
             d_model=d_model,

@@ -64,9 +64,11 @@ def exit_line(argv) -> str:
 def test_the_default_limit_is_the_models_positions_minus_max_new_tokens(tmp_path):
     sampling = SamplingConfig(max_new_tokens=NEW_TOKENS)
     limit, how = data.prompt_token_limit(sampling, POSITIONS, "model.max_positions")
-    assert limit == LIMIT and how == f"{POSITIONS} positions (model.max_positions) - sampling.max_new_tokens {NEW_TOKENS}"
+    assert limit == LIMIT
+    assert how == f"{POSITIONS} positions (model.max_positions) - sampling.max_new_tokens {NEW_TOKENS}"
     explicit = SamplingConfig(max_new_tokens=NEW_TOKENS, max_prompt_tokens=LIMIT - 5)
-    assert data.prompt_token_limit(explicit, POSITIONS, "model.max_positions") == (LIMIT - 5, "sampling.max_prompt_tokens")
+    assert data.prompt_token_limit(explicit, POSITIONS, "model.max_positions") == (LIMIT - 5,
+                                                                                   "sampling.max_prompt_tokens")
     assert data.prompt_token_limit(sampling, 0, "model.preset='tiny'")[0] is None  # no positions known: no limit
     # the model's positions: model.max_positions, else the checkpoint's config.json, else none (a preset)
     folder = hf_config_folder(tmp_path, 512)
@@ -105,6 +107,9 @@ def test_truncate_left_keeps_each_long_prompts_last_tokens_in_the_rollout(tmp_pa
     parts = assemble(cfg)
     assert len(parts.rows) == 2 and parts.data_report["prompt_lengths"]["train"] == {
         "rows": 2, "truncated": 1, "longest": LIMIT + 9}
+    assert data.length_summary(parts.data_report["prompt_lengths"]).endswith(
+        f"truncated 1 of 2 training rows (longest {LIMIT + 9} tokens), 0 of 1 held-out rows (longest 5 tokens); "
+        "longer prompts kept their last tokens (sampling.long_prompts=truncate_left)")
     tok = parts.actor.tokenizer
     long_row = next(r for r in parts.rows if len(r["prompt"]) > LIMIT)
     ro = experience.rollout(parts.actor, parts.policy_params(parts.state), [long_row, parts.rows[0]],
