@@ -18,7 +18,7 @@ from grpo_jax import experience, sharding
 from grpo_jax import data as data_lib
 from grpo_jax import export as export_lib
 from grpo_jax import tasks as tasks_lib
-from grpo_jax.build import build_model, check_model_folder, reward_specs
+from grpo_jax.build import build_model, check_model_folder, model_positions, reward_specs
 from grpo_jax.config import TrainConfig
 from grpo_jax.perf import tune_host_allocator
 from grpo_jax.update import INIT_KEY_FOLD, initial_state, make_optimizer, make_train_step, policy_params
@@ -70,13 +70,19 @@ def assemble(cfg: TrainConfig) -> RunParts:
     check_model_folder(cfg)  # before the task's tokenizer, which is often read from the same folder
     task = tasks_lib.get_task(cfg.task.name, **dict(cfg.task.options))
     tokenizer = task.tokenizer()
+    # the prompt budget is checked against the model's positions before any data or weight is read
+    limit, how = data_lib.prompt_token_limit(cfg.sampling, *model_positions(cfg))
     rows, eval_rows, data_report = data_lib.load_task_data(task, cfg.task, cfg.seed, tokenizer)
+    rows, eval_rows, lengths = data_lib.limit_prompts(rows, eval_rows, tokenizer, limit, how, cfg.sampling.long_prompts)
+    if lengths:
+        data_report["prompt_lengths"] = lengths
     if "format" in data_report:  # a file task scores rows of the format its file was read in
         task = tasks_lib.bind_format(task, data_report["format"])
     run_key = jax.random.key(cfg.seed)
     model_cfg, params = build_model(cfg, tokenizer.vocab_size, jax.random.fold_in(run_key, INIT_KEY_FOLD),
                                     tokenizer_name=repr(tokenizer))
-    actor = experience.Actor(model_cfg, tokenizer, reward_specs(cfg, task), cfg.sampling, mesh=rollout_mesh)
+    actor = experience.Actor(model_cfg, tokenizer, reward_specs(cfg, task), cfg.sampling, mesh=rollout_mesh,
+                             prompt_limit=limit)
     if cfg.checkpoint.export_hf:  # refused now, not after the last step
         export_lib.check_exportable(model_cfg, "checkpoint.export_hf=true")
     optimizer = make_optimizer(cfg)

@@ -31,7 +31,8 @@ def build_model(cfg: TrainConfig, vocab_size: int, key: jax.Array, *, tokenizer_
         except (OSError, models.hf.CheckpointError) as e:  # a missing config.json, a bad tensor: name the key
             raise UserError(f"model.hf_path={spec.hf_path!r}: {one_line(e)}") from e
         model_cfg = model_cfg.replace(remat=spec.remat, scan_layers=spec.scan_layers,  # training choices, not in HF
-                                      logits_chunk=spec.logits_chunk)
+                                      logits_chunk=spec.logits_chunk,
+                                      max_positions=spec.max_positions or model_cfg.max_positions)
         if model_cfg.vocab_size < vocab_size:
             raise ValueError(
                 f"vocabulary mismatch: the model in model.hf_path={spec.hf_path!r} has vocab_size "
@@ -65,6 +66,23 @@ def check_model_folder(cfg: TrainConfig) -> None:
                         "(config.json + *.safetensors; hub ids are not fetched)")
 
 
+def model_positions(cfg: TrainConfig) -> tuple[int, str]:
+    """(the positions the run's model may use, prompt + completion; where that number comes from), read
+    before any weight is: model.max_positions, else the checkpoint's max_position_embeddings (config.json
+    only), else 0 (a preset is randomly initialised and was trained for no length)."""
+    spec = cfg.model
+    if spec.max_positions:
+        return spec.max_positions, "model.max_positions"
+    if not spec.hf_path:
+        return 0, f"model.preset={spec.preset!r}"
+    check_model_folder(cfg)
+    try:
+        positions = models.hf.read_config(spec.hf_path).max_positions
+    except models.hf.CheckpointError as e:
+        raise UserError(f"model.hf_path={spec.hf_path!r}: {one_line(e)}") from e
+    return positions, f"max_position_embeddings in {os.path.join(spec.hf_path, 'config.json')}, model.hf_path"
+
+
 def lora_note(cfg: TrainConfig) -> str | None:
     """"LoRA off: full fine-tuning ..." when lora.rank is 0 but another lora setting differs from its default
     (someone asked for LoRA and would otherwise train every weight without a word); None otherwise, so a run
@@ -82,7 +100,8 @@ def lora_note(cfg: TrainConfig) -> str | None:
 def preset_config(spec, vocab_size: int) -> ModelConfig:
     """The ModelConfig of model.preset with the run's shape overrides (0 = keep the preset's); also what
     `grpo_jax.export` rebuilds a checkpoint's shapes from."""
-    shape = {f: getattr(spec, f) for f in ("d_model", "n_layers", "n_heads", "n_kv_heads", "head_dim", "mlp_dim")}
+    shape = {f: getattr(spec, f) for f in ("d_model", "n_layers", "n_heads", "n_kv_heads", "head_dim", "mlp_dim",
+                                           "max_positions")}
     overrides = {k: v for k, v in shape.items() if v}
     return models.preset(spec.preset, vocab_size=vocab_size, param_dtype=spec.param_dtype, dtype=spec.dtype,
                          remat=spec.remat, scan_layers=spec.scan_layers, logits_chunk=spec.logits_chunk,

@@ -60,6 +60,9 @@ ROW_FORMATS = ("auto", "humaneval", "mbpp", "mcq", "arc", "gsm8k", "math", "tran
 CHAT_MODES = ("auto", "always", "never")  # which rows get the chat template (grpo_jax.tasks.chat reads this)
 # Prompt cleaning: grpo_jax.rewards.sanitize.ACTIONS is this list without "off" (no cleaning at all).
 SANITIZE_ACTIONS = ("strip", "drop", "flag", "off")
+# What happens to a prompt longer than sampling.max_prompt_tokens (grpo_jax.data.limit_prompt_lengths): the row
+# is left out of the data, or its tokens are cut from the left, keeping the end of the prompt (as TRL does).
+LONG_PROMPT_ACTIONS = ("drop", "truncate_left")
 
 # Clip ranges used when eps_low / eps_high are left as None.
 _PPO_EPS = (0.2, 0.2)  # PPO / GRPO / verl clip_ratio default
@@ -581,11 +584,13 @@ class ModelSpec:
     logits_chunk: int = 0  # the update's logits computed this many completion tokens at a time (checkpointed): [rows, chunk, V] float32 at once; 0 = all
     scan_layers: bool = False  # training and logprob forwards scan one compiled layer over the stacked weights (compile time: docs/tpu.md)
     module: str = ""  # your own Flax linen decoder, package.module:Class, built as Class(model config) with the preset's shapes (docs/architecture.md, the model protocol); "" = the built-in decoder
+    max_positions: int = 0  # positions the model may use, prompt + completion; 0 = the checkpoint's max_position_embeddings (model.hf_path), none for a preset
 
     def __post_init__(self):
         for f in ("d_model", "n_layers", "n_heads", "n_kv_heads", "head_dim", "mlp_dim"):
             if getattr(self, f) < 0:
                 _fail("ModelSpec", f, f"must be >= 0 (0 = preset), got {getattr(self, f)!r}")
+        _at_least(self, ("max_positions",), 0, " (0 = the checkpoint's)")
         _check_choice("ModelSpec", "remat", self.remat, REMAT_MODES)
         if self.module and ":" not in self.module:
             _fail("ModelSpec", "module", f"must be an import path package.module:Class, got {self.module!r}")
@@ -649,9 +654,12 @@ class SamplingConfig:
     token_boost: float = 1.5  # ... are sampled at min(temperature * token_boost, token_max_temperature)
     token_max_temperature: float = 2.0  # (floor 0 = off; logprobs are those of the distribution used)
     key_offset: int = 0  # folded into each rollout key: other completions, same start, data and held-out rows (a null arm)
+    max_prompt_tokens: int = 0  # longest prompt fed to the model; 0 = the model's positions - max_new_tokens (no limit without positions)
+    long_prompts: str = "drop"  # a longer prompt (training and held-out rows): drop the row | truncate_left (keep its last tokens)
 
     def __post_init__(self):
-        _at_least(self, ("key_offset",), 0)
+        _at_least(self, ("key_offset", "max_prompt_tokens"), 0)
+        _check_choice("SamplingConfig", "long_prompts", self.long_prompts, LONG_PROMPT_ACTIONS)
         if self.group_size < 2:
             _fail("SamplingConfig", "group_size", f"must be >= 2, got {self.group_size}: every advantage estimator "
                   "compares the completions of one prompt with each other, so with one per group every advantage "
@@ -953,7 +961,8 @@ RESUME_CRITICAL = (
     "model.preset", "model.hf_path", "model.d_model", "model.n_layers", "model.n_heads", "model.n_kv_heads",
     "model.head_dim", "model.mlp_dim", "model.param_dtype", "sampling.group_size", "advantage.estimator",
     "task.name", "task.options", "task.format", "task.chat", "task.system_prompt", "prompts_per_step",
-    "lora.rank", "lora.alpha", "lora.targets",
+    "lora.rank", "lora.alpha", "lora.targets", "model.max_positions", "sampling.max_prompt_tokens",
+    "sampling.long_prompts",
 )
 
 

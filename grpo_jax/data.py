@@ -1,7 +1,8 @@
 """Prompt data: JSONL files read into a task's rows (each file's format detected and adapted, prompts
 cleaned of injection, conversations rendered with the chat template: `load_task_data`), a resumable
-deterministic batch stream, difficulty strata, pass-rate filtering, and tokenisation into the padded arrays
-the sampler and trainer take.
+deterministic batch stream, difficulty strata, pass-rate filtering, the prompt-length limit (rows longer than
+the model's positions allow dropped or cut: `limit_prompts`), and tokenisation into the padded arrays the
+sampler and trainer take.
 
 The stream is a pure function of (rows, batch size, cursor, seed): epoch e visits the rows in the order
 of `default_rng([seed, e]).permutation(n)`, and the cursor (epoch, index) is all the state there is. A
@@ -20,7 +21,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from grpo_jax import tasks as tasks_lib
-from grpo_jax.config import TaskConfig
+from grpo_jax.config import SamplingConfig, TaskConfig, UserError
 from grpo_jax.fileio import atomic_write
 from grpo_jax.rewards.sanitize import SANITIZE_VERSION, Finding, sanitize_prompt
 from grpo_jax.tasks import adapters, chat
@@ -496,13 +497,123 @@ def load_task_data(task, cfg: TaskConfig, seed: int, tokenizer: Tokenizer | None
     return rows, eval_rows, report
 
 
+# ---------------------------------------------------------------------------------- prompt lengths
+
+def prompt_token_limit(sampling: SamplingConfig, max_positions: int, positions_from: str) -> tuple[int | None, str]:
+    """(the most tokens a prompt may have, or None for no limit; how that number was reached) for a model of
+    `max_positions` positions (0: none known), read from `positions_from` (a config key or file, for messages).
+
+    A row's positions are its real tokens, whatever the padding (`models.rope.text_positions`): a prompt of n
+    tokens and its T = max_new_tokens completion use positions 0 .. n + T - 1, so n + T <= max_positions is
+    exactly what fits. The padding only costs memory: the sampler pads prompts to a power-of-two bucket, so its
+    cache holds `sampler.bucket_length(n) + T` slots (at most `bucket_length(limit) + T`). A budget that
+    cannot fit is refused, naming the keys and the numbers."""
+    t, explicit = sampling.max_new_tokens, sampling.max_prompt_tokens
+    if explicit:
+        if max_positions and explicit + t > max_positions:
+            raise UserError(f"sampling.max_prompt_tokens ({explicit}) + sampling.max_new_tokens ({t}) = {explicit + t} "
+                            f"exceeds the model's {max_positions} positions ({positions_from}); lower one of them")
+        return explicit, "sampling.max_prompt_tokens"
+    if not max_positions:
+        return None, f"no limit: {positions_from} gives no positions and sampling.max_prompt_tokens is 0"
+    if t >= max_positions:
+        raise UserError(f"sampling.max_new_tokens ({t}) leaves no room for a prompt in the model's {max_positions} "
+                        f"positions ({positions_from}); lower sampling.max_new_tokens")
+    return max_positions - t, f"{max_positions} positions ({positions_from}) - sampling.max_new_tokens {t}"
+
+
+def prompt_lengths(tokenizer: Tokenizer, rows: Sequence[Row]) -> np.ndarray:
+    """[len(rows)] token counts of the rows' prompts, encoded as the rollout encodes them."""
+    return np.asarray([len(tokenizer.encode(r["prompt"])) for r in rows], dtype=np.int64)
+
+
+def _length_counts(lengths: np.ndarray, limit: int, action: str) -> dict[str, int]:
+    longer = int(np.sum(lengths > limit))
+    return {"rows": int(lengths.size), "dropped" if action == "drop" else "truncated": longer,
+            "longest": int(lengths.max(initial=0))}
+
+
+def limit_prompts(rows: Sequence[Row], eval_rows: Sequence[Row], tokenizer: Tokenizer, limit: int | None, how: str,
+                  action: str) -> tuple[list[Row], list[Row], dict[str, Any] | None]:
+    """(training rows, held-out rows, report) with the rows whose prompt has more than `limit` tokens left out
+    when `action` is "drop"; with "truncate_left" every row stays (the rollout keeps the last `limit` tokens of
+    a longer prompt: `encode_prompts`) and the longer ones are counted. Refused when it would leave no training
+    row, or no held-out row of a non-empty set. No limit: the rows as they are and no report."""
+    if limit is None:
+        return list(rows), list(eval_rows), None
+    report: dict[str, Any] = {"max_prompt_tokens": limit, "from": how, "long_prompts": action}
+    kept = []
+    for name, part in (("train", rows), ("eval", eval_rows)):
+        lengths = prompt_lengths(tokenizer, part)
+        report[name] = _length_counts(lengths, limit, action)
+        keep = [r for r, n in zip(part, lengths) if action != "drop" or n <= limit]
+        if part and not keep:
+            raise _all_dropped(limit, how, len(part), int(lengths.min()), name)
+        kept.append(keep)
+    return kept[0], kept[1], report
+
+
+def _all_dropped(limit: int, how: str, n: int, shortest: int, part: str) -> DataError:
+    fixes = ["raise sampling.max_prompt_tokens"] if how == "sampling.max_prompt_tokens" else []
+    fixes += ["lower sampling.max_new_tokens", "set sampling.long_prompts=truncate_left"]
+    fixes += ["set task.n_eval=0"] if part == "eval" else []
+    what = "training rows" if part == "train" else "held-out rows"
+    return DataError(f"sampling.max_prompt_tokens={limit} ({how}) drops every one of the {n} {what}: the shortest "
+                     f"prompt has {shortest} tokens; {', '.join(fixes[:-1])} or {fixes[-1]}")
+
+
+def length_summary(report: Mapping[str, Any] | None) -> str | None:
+    """One line saying how many training and held-out prompts the limit dropped or truncated (None when it
+    touched none): printed when a run starts, beside the cleaning line."""
+    verb = "dropped" if report and report["long_prompts"] == "drop" else "truncated"
+    if not report or not any(report[part][verb] for part in ("train", "eval")):
+        return None
+    parts = [f"{report[p][verb]} of {report[p]['rows']} {what} (longest {report[p]['longest']} tokens)"
+             for p, what in (("train", "training rows"), ("eval", "held-out rows")) if report[p]["rows"]]
+    how = "kept their last tokens" if verb == "truncated" else "were left out"
+    return (f"sampling.max_prompt_tokens={report['max_prompt_tokens']} ({report['from']}): {verb} "
+            f"{', '.join(parts)}; longer prompts {how} (sampling.long_prompts={report['long_prompts']})")
+
+
 # ------------------------------------------------------------------------------------ tokenisation
 
 def encode_prompts(
-    tokenizer: Tokenizer, rows: Sequence[Row], *, width: int | None = None, add_bos: bool = False
+    tokenizer: Tokenizer, rows: Sequence[Row], *, width: int | None = None, add_bos: bool = False,
+    limit: int | None = None, long_prompts: str = "truncate_left",
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(tokens int32 [B, P], mask bool [B, P]) of the rows' prompts, left-padded for generation."""
-    return tokenizer.encode_batch([r["prompt"] for r in rows], width=width, left_pad=True, add_bos=add_bos)
+    """(tokens int32 [B, P], mask bool [B, P]) of the rows' prompts, left-padded for generation. With a
+    `limit`, a longer prompt keeps its last `limit` tokens (`keep_last_tokens`), or with long_prompts="drop"
+    is refused: such rows are dropped when the data is loaded (`limit_prompts`), so one here was not."""
+    texts = [r["prompt"] for r in rows]
+    if limit is None:
+        return tokenizer.encode_batch(texts, width=width, left_pad=True, add_bos=add_bos)
+    tokens, mask = tokenizer.encode_batch(texts, left_pad=True, add_bos=add_bos)
+    longest = int(mask.sum(axis=1).max(initial=0))
+    if longest > limit and long_prompts == "drop":
+        raise DataError(f"a prompt of {longest} tokens is longer than sampling.max_prompt_tokens={limit} with "
+                        "sampling.long_prompts=drop: such rows are dropped when the data is loaded "
+                        "(data.limit_prompts), which these rows did not go through")
+    if longest > limit:
+        tokens, mask = keep_last_tokens(tokens, mask, limit, bos_id=tokenizer.bos_id)
+    if width is not None:
+        tokens, mask = pad_rows([t[m] for t, m in zip(tokens, mask)], width=width, pad_id=tokenizer.pad_id,
+                                left_pad=True)
+    return tokens, mask
+
+
+def keep_last_tokens(tokens_BxP: np.ndarray, mask_BxP: np.ndarray, limit: int, *, bos_id: int | None,
+                     ) -> tuple[np.ndarray, np.ndarray]:
+    """Left-padded prompts cut to their last `limit` tokens ([B, limit]), as TRL truncates prompts: the end
+    of a prompt holds the question and the chat template's opened assistant turn. A cut prompt that began with
+    the tokenizer's BOS keeps it in its first place (a Llama-style model reads a sequence without its BOS as
+    out of distribution), followed by its last `limit` - 1 tokens."""
+    b = tokens_BxP.shape[0]
+    tokens, mask = tokens_BxP[:, -limit:].copy(), mask_BxP[:, -limit:].copy()
+    if bos_id is not None and limit > 1 and b:
+        first = tokens_BxP[np.arange(b), np.argmax(mask_BxP, axis=1)]
+        cut = mask_BxP.sum(axis=1) > limit
+        tokens[cut & (first == bos_id), 0] = bos_id
+    return tokens, mask
 
 
 def encode_completions(

@@ -28,6 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from grpo_jax import advantages as adv_lib
+from grpo_jax import data as data_lib
 from grpo_jax import diagnostics, sampler, sharding
 from grpo_jax import rewards as rewards_lib
 from grpo_jax.config import AdvantageConfig, DynamicSamplingConfig, SamplingConfig
@@ -70,6 +71,9 @@ class Actor:
     specs: tuple  # rewards_lib.RewardSpec per dimension, in column order of R
     sampling: SamplingConfig
     mesh: Any = None  # the rollout mesh: prompts split over its data x fsdp axes (None: wherever params live)
+    # the most prompt tokens fed to the model (data.prompt_token_limit: sampling.max_prompt_tokens, or the model's
+    # positions - max_new_tokens); a longer prompt is cut as sampling.long_prompts says. None = no limit
+    prompt_limit: int | None = None
 
     @property
     def dims(self) -> list[str]:
@@ -94,6 +98,13 @@ class Experience:
 # rollout and scoring
 # --------------------------------------------------------------------------------------------------
 
+def prompt_arrays(actor: Actor, rows: Sequence[Row]) -> tuple[np.ndarray, np.ndarray]:
+    """(tokens int32 [B, P], mask bool [B, P]) of the rows' prompts as the model is fed them: left-padded, and
+    cut to the actor's prompt limit (`data.encode_prompts`)."""
+    return data_lib.encode_prompts(actor.tokenizer, rows, limit=actor.prompt_limit,
+                                   long_prompts=actor.sampling.long_prompts)
+
+
 def rollout(actor: Actor, params, rows: Sequence[Row], key: jax.Array, *, group_size: int,
             temperature: float) -> sampler.Rollout:
     """G completions per row's prompt at `temperature` (0 = greedy; the per-token temperature applies only
@@ -102,7 +113,7 @@ def rollout(actor: Actor, params, rows: Sequence[Row], key: jax.Array, *, group_
     divide by the data ways, the last prompt is repeated to fill the shards and its copies are dropped
     (row (b, g)'s randomness depends only on b and g, so the kept rows are those of an unpadded run)."""
     s, tok = actor.sampling, actor.tokenizer
-    tokens, mask = tok.encode_batch([r["prompt"] for r in rows])
+    tokens, mask = prompt_arrays(actor, rows)
     if actor.mesh is not None:
         tokens, mask = sharding.shard_rows(actor.mesh, tokens, mask)
         params = sharding.on_mesh(params, actor.mesh)  # a separate rollout mesh: resharded onto it

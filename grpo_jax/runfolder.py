@@ -130,9 +130,10 @@ class RunFolder:
         if start is None and pid == 0:
             atomic_write_text(os.path.join(out_dir, "config.json"), json.dumps(to_dict(cfg), indent=2, sort_keys=True))
             logger.event(0, "data", **data_report)
-        if pid == 0 and not quiet:  # what cleaning did to the data, seen before training on it
-            for setting, key in (("task.train_path", "sanitize"), ("task.eval_path", "eval_sanitize")):
-                line = data_lib.cleaning_summary(setting, data_report.get(key, {}))
+        if pid == 0 and not quiet:  # what cleaning and the prompt limit did to the data, seen before training on it
+            lines = [data_lib.cleaning_summary(setting, data_report.get(key, {})) for setting, key in
+                     (("task.train_path", "sanitize"), ("task.eval_path", "eval_sanitize"))]
+            for line in [*lines, data_lib.length_summary(data_report.get("prompt_lengths"))]:
                 if line:
                     print(line, file=sys.stderr, flush=True)
         if pid == 0:  # every start (a resume may run other code): <out>/manifest.json

@@ -22,9 +22,11 @@ from grpo_jax import data, evaluation, experience, sampler
 from grpo_jax.update import completion_logprobs
 
 
-def sft_batch(tokenizer, targets, rows, n_completion: int):
-    """(tokens [B, P+T], attention mask, loss mask [B, T]) for prompt + target completion + EOS."""
-    prompt, prompt_mask = sampler.prepare_prompts(*data.encode_prompts(tokenizer, rows), pad_id=tokenizer.pad_id)
+def sft_batch(actor: experience.Actor, targets, rows, n_completion: int):
+    """(tokens [B, P+T], attention mask, loss mask [B, T]) for prompt + target completion + EOS; the prompts
+    as rollouts feed them (`experience.prompt_arrays`: the prompt limit applies)."""
+    tokenizer = actor.tokenizer
+    prompt, prompt_mask = sampler.prepare_prompts(*experience.prompt_arrays(actor, rows), pad_id=tokenizer.pad_id)
     target, target_mask = data.encode_completions(tokenizer, targets, width=n_completion)
     tokens = jnp.concatenate([prompt, jnp.asarray(target)], axis=1)
     attn = jnp.concatenate([prompt_mask, jnp.asarray(target_mask)], axis=1)
@@ -62,7 +64,7 @@ def warm_start(actor: experience.Actor, params, rows, valid_rows, *, solution, t
     while step < max_steps:
         batch = [rows[i] for i in rng.integers(0, len(rows), batch_size)]
         targets = [_target(solution(r), rng) for r in batch]
-        params, opt_state, loss = step_fn(params, opt_state, *sft_batch(actor.tokenizer, targets, batch, n))
+        params, opt_state, loss = step_fn(params, opt_state, *sft_batch(actor, targets, batch, n))
         step += 1
         if step % eval_every == 0 or step == max_steps:
             acc = evaluation.evaluate(actor, params, valid_rows)["eval/accuracy"]

@@ -56,6 +56,9 @@ class ModelConfig:
     # a Flax linen Module class of your own, "package.module:Class", built as Class(cfg) (the model protocol,
     # models.transformer); "" = the built-in models.modules.Decoder
     module: str = ""
+    # positions the model was trained for, prompt + completion (HF max_position_embeddings); 0 = none known (a
+    # randomly initialised preset): the forward computes any position, this is what a run may ask of it
+    max_positions: int = 0
 
     def __post_init__(self):
         for name in ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "head_dim", "mlp_dim"):
@@ -101,6 +104,9 @@ class ModelConfig:
                                  f"and high_freq_factor > low_freq_factor > 0, got {scaling}")
         if self.remat not in REMAT_MODES:
             raise ValueError(f"ModelConfig.remat must be one of {REMAT_MODES}, got {self.remat!r}")
+        if not isinstance(self.max_positions, int) or self.max_positions < 0:
+            raise ValueError(f"ModelConfig.max_positions must be an int >= 0 (0 = none known), "
+                             f"got {self.max_positions!r}")
         if not isinstance(self.logits_chunk, int) or self.logits_chunk < 0:
             raise ValueError(f"ModelConfig.logits_chunk must be an int >= 0 (0 = off), got {self.logits_chunk!r}")
         if not isinstance(self.module, str) or (self.module and ":" not in self.module):

@@ -29,6 +29,9 @@ ARCHITECTURES = {
     "Qwen3ForCausalLM": "qwen3",
 }
 _HF_NAME = {v: k for k, v in ARCHITECTURES.items()}
+# config.json's max_position_embeddings for a model with no count of its own (ModelConfig.max_positions = 0, a
+# randomly initialised preset): transformers needs one, so such a checkpoint loads back with this many positions
+HF_DEFAULT_POSITIONS = 32768
 
 
 class CheckpointError(ValueError):
@@ -88,8 +91,7 @@ def config_from_hf(hf: dict[str, Any], *, where: str = "config.json") -> ModelCo
     if float(text.get("partial_rotary_factor", 1.0)) != 1.0:
         raise CheckpointError(f"{where}: partial_rotary_factor={text['partial_rotary_factor']} is not supported")
     try:
-        heads = int(text["num_attention_heads"])
-        d_model = int(text["hidden_size"])
+        heads, d_model = int(text["num_attention_heads"]), int(text["hidden_size"])
         return ModelConfig(
             vocab_size=int(text["vocab_size"]),
             d_model=d_model,
@@ -104,6 +106,7 @@ def config_from_hf(hf: dict[str, Any], *, where: str = "config.json") -> ModelCo
             qk_norm=arch == "qwen3",
             tie_embeddings=bool(hf.get("tie_word_embeddings", text.get("tie_word_embeddings", False))),
             arch=arch,
+            max_positions=int(text.get("max_position_embeddings") or hf.get("max_position_embeddings") or 0),
             **rope_kw,
         )
     except KeyError as e:
@@ -161,7 +164,7 @@ def config_to_hf(cfg: ModelConfig, base: dict[str, Any] | None = None) -> dict[s
         "rope_parameters": rope,
         "rope_theta": cfg.rope_theta,  # read by transformers 4.x, which ignores rope_parameters
         "hidden_act": "silu",
-        "max_position_embeddings": 32768,
+        "max_position_embeddings": cfg.max_positions or HF_DEFAULT_POSITIONS,
         "tie_word_embeddings": cfg.tie_embeddings,
         "dtype": cfg.param_dtype,
     }
@@ -257,12 +260,18 @@ def hf_tensor_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
+def read_config(path: str) -> ModelConfig:
+    """The ModelConfig of a local checkpoint folder's config.json, without reading its tensors (e.g. to check
+    a run's settings against the model's positions before loading gigabytes of weights)."""
+    config_path = os.path.join(path, "config.json")
+    return config_from_hf(_read_json(config_path), where=config_path)
+
+
 def load_hf(path: str, *, param_dtype: str | None = None, dtype: str | None = None) -> tuple[ModelConfig, dict]:
     """(cfg, params) from a local HF checkpoint folder; errors name the file or tensor that is wrong."""
     if not os.path.isdir(path):
         raise CheckpointError(f"{path}: not a directory (only local checkpoint folders are read)")
-    config_path = os.path.join(path, "config.json")
-    cfg = config_from_hf(_read_json(config_path), where=config_path)
+    cfg = read_config(path)
     tensors = _read_tensors(path)
     stored_dtype = str(next(iter(tensors.values())).dtype) if tensors else "float32"
     cfg = cfg.replace(

@@ -147,7 +147,7 @@ class _FixedPrompts:
     def __init__(self, prompts):
         self.prompts = prompts
 
-    def encode_batch(self, texts):
+    def encode_batch(self, texts, **_):  # the keywords of Tokenizer.encode_batch: the prompts are fixed already
         return self.prompts[list(texts)], np.ones((len(texts), self.prompts.shape[1]), bool)
 
 
