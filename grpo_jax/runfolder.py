@@ -135,6 +135,9 @@ class RunFolder:
                 line = data_lib.cleaning_summary(setting, data_report.get(key, {}))
                 if line:
                     print(line, file=sys.stderr, flush=True)
+            line = data_lib.holdout_summary(data_report.get("eval_holdout", {}))
+            if line:
+                print(line, file=sys.stderr, flush=True)
         if pid == 0:  # every start (a resume may run other code): <out>/manifest.json
             for problem in provenance.record_start(out_dir, cfg, specs, start_step=start or 0):
                 logger.event(start or 0, "regression_failed", message=problem)

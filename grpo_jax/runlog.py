@@ -5,7 +5,7 @@ Layout of ``out_dir`` (every JSONL row carries ``"step"``; keys sorted; one row 
 
     metrics.jsonl   deterministic per-step values only: same config + seed => byte-identical file
     timings.jsonl   wall-clock values, kept apart so they cannot break the above
-    samples.jsonl   a few completions per step, one row per sample
+    samples.jsonl   a few completions per step, one row per sample (group, prompt once per group, rewards, advantage)
     events.jsonl    pause, rollback, weight changes, warnings, resume, segments ... (never truncated)
     run.lock        held by the process running in the folder (``grpo_jax.runlock``), removed when it ends
     interrupted/    logs of a run stopped before its first checkpoint, set aside when one starts over (``runfolder.set_aside``)
