@@ -816,6 +816,7 @@ class LoggingConfig:
     gap_bound: float = 2.0  # C of gap/token_out_frac and gap/seq_out_frac: ratios outside [1/C, C]
     eval_samples: int = 0  # k completions at T = 1 per held-out problem: eval/t1/pass@1..k, distinct correct; 0 = greedy only
     eval_samples_every: int = 0  # that sampled evaluation every N steps (at an evaluation step); 0 = at step 0 and the end only
+    wandb_project: str = ""  # also send metrics, timings and samples to this W&B project (pip install -e '.[wandb]'); "" = off
 
     def __post_init__(self):
         _at_least(self, ("eval_every",), 0, " (N = every N steps, 0 = only at the end)")
