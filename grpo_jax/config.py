@@ -611,9 +611,9 @@ class TaskConfig:
     name: str = "arithmetic"  # grpo_jax.tasks.TASKS key (supplies tokenizer, rewards, solutions), or your own package.module:TaskClass
     options: tuple = dataclasses.field(default=(), metadata={"pairs": True})  # task options: --set task.options.digits=3, a JSON object {"digits": 3}, or [key, value] pairs (stored as pairs)
     train_path: str = ""  # JSONL of training rows; "" = generate `n_train` rows from the task
-    eval_path: str = ""  # JSONL of held-out rows (first n_eval used); "" = the task's "heldout" split
+    eval_path: str = ""  # JSONL of held-out rows (first n_eval used); "" = the task's "heldout" split, or a file task's slice of train_path
     n_train: int = 20_000  # generated training rows
-    n_eval: int = 500  # held-out rows (the task's "heldout" split, never trained on)
+    n_eval: int = 500  # held-out rows, never trained on (without eval_path a file task holds out min(n_eval, 10% of train_path's prompts))
     pass_rate_lo: float = 0.0  # keep training rows with pass_rate in [lo, hi] (rows need "pass_rate",
     pass_rate_hi: float = 1.0  # written by `python -m grpo_jax.difficulty`); [0, 1] = no filter
     format: str = "auto"  # the files' row format (ROW_FORMATS: gsm8k, math, mbpp, ...); auto = from the columns
@@ -826,6 +826,7 @@ class LoggingConfig:
     gap_bound: float = 2.0  # C of gap/token_out_frac and gap/seq_out_frac: ratios outside [1/C, C]
     eval_samples: int = 0  # k completions at T = 1 per held-out problem: eval/t1/pass@1..k, distinct correct; 0 = greedy only
     eval_samples_every: int = 0  # that sampled evaluation every N steps (at an evaluation step); 0 = at step 0 and the end only
+    wandb_project: str = ""  # also send metrics, timings and samples to this W&B project (pip install -e '.[wandb]'); "" = off
 
     def __post_init__(self):
         _at_least(self, ("eval_every",), 0, " (N = every N steps, 0 = only at the end)")

@@ -460,7 +460,9 @@ def load_task_data(task, cfg: TaskConfig, seed: int, tokenizer: Tokenizer | None
     """(training rows, held-out rows, data report) of a run: JSONL files when the config names them (see
     `load_file`), else rows the task generates; the training rows pass the pass-rate band filter when one is
     set. The report's "format" (of the training file) is what `tasks.bind_format` gives a file task.
-    Held-out rows are never cleaned, only counted (a benchmark is not rewritten), under "eval_sanitize"."""
+    Held-out rows are never cleaned, only counted (a benchmark is not rewritten), under "eval_sanitize".
+    A file task given a training file but no task.eval_path evaluates on a slice of the training file
+    held out before training (`hold_out`, under "eval_holdout"): it has no held-out split of its own."""
     report: dict[str, Any] = {}
     if cfg.train_path:
         rows, info = load_file(cfg.train_path, "task.train_path", task, cfg, tokenizer, action=cfg.sanitize)
@@ -468,6 +470,10 @@ def load_task_data(task, cfg: TaskConfig, seed: int, tokenizer: Tokenizer | None
     else:
         rows = task.generate("train", cfg.n_train, seed)
         rows = render_chats(rows, cfg, tokenizer, [f"generated train row {i}" for i in range(len(rows))])
+    if cfg.train_path and not cfg.eval_path and cfg.n_eval and not tasks_lib.generates_rows(task):
+        rows, eval_rows, report["eval_holdout"] = hold_out(rows, cfg.n_eval, seed, cfg.train_path)
+    else:
+        eval_rows = _eval_rows(task, cfg, seed, tokenizer, report)
     report.update(rows=len(rows), strata=strata_summary(rows))
     if (cfg.pass_rate_lo, cfg.pass_rate_hi) != (0.0, 1.0):
         rows, band = filter_by_pass_rate(rows, cfg.pass_rate_lo, cfg.pass_rate_hi)
@@ -475,22 +481,6 @@ def load_task_data(task, cfg: TaskConfig, seed: int, tokenizer: Tokenizer | None
         if not rows:
             raise ValueError(f"task.pass_rate_lo/hi = [{cfg.pass_rate_lo}, {cfg.pass_rate_hi}] keeps no training "
                              f"row ({band})")
-    if cfg.eval_path and cfg.n_eval:
-        eval_rows, info = load_file(cfg.eval_path, "task.eval_path", task, cfg, tokenizer,
-                                    action="flag" if cfg.sanitize != "off" else "off")
-        eval_rows = eval_rows[: cfg.n_eval]
-        report.update(eval_format=info["format"], eval_sanitize=info["sanitize"])
-        family = adapters.FORMATS[info["format"]].family
-        if "format" in report and family != adapters.FORMATS[report["format"]].family:
-            raise DataError(f"{cfg.eval_path}: rows of format {info['format']} ({family} reward) cannot evaluate a "
-                            f"run trained on {report['format']} rows ({adapters.FORMATS[report['format']].family} "
-                            "reward); set task.format or use held-out rows of the same kind")
-    elif cfg.eval_path:
-        eval_rows = []
-    else:
-        eval_rows = task.generate("heldout", cfg.n_eval, seed) if cfg.n_eval else []
-        eval_rows = render_chats(eval_rows, cfg, tokenizer, [f"generated held-out row {i}" for i in
-                                                             range(len(eval_rows))])
     if any("messages" in r for r in (*rows, *eval_rows)):
         report["chat"] = {"mode": cfg.chat, "system_prompt": cfg.system_prompt,
                           "rendered_train_rows": sum("messages" in r for r in rows)}
@@ -573,6 +563,56 @@ def length_summary(report: Mapping[str, Any] | None) -> str | None:
     how = "kept their last tokens" if verb == "truncated" else "were left out"
     return (f"sampling.max_prompt_tokens={report['max_prompt_tokens']} ({report['from']}): {verb} "
             f"{', '.join(parts)}; longer prompts {how} (sampling.long_prompts={report['long_prompts']})")
+
+
+def _eval_rows(task, cfg: TaskConfig, seed: int, tokenizer: Tokenizer | None, report: dict[str, Any]) -> list[Row]:
+    """The held-out rows from task.eval_path (its first n_eval, of the training file's reward family; noted in
+    `report`), or from the task's "heldout" split; none when task.n_eval=0."""
+    if not cfg.n_eval:
+        return []
+    if not cfg.eval_path:
+        eval_rows = task.generate("heldout", cfg.n_eval, seed)
+        return render_chats(eval_rows, cfg, tokenizer, [f"generated held-out row {i}" for i in range(len(eval_rows))])
+    eval_rows, info = load_file(cfg.eval_path, "task.eval_path", task, cfg, tokenizer,
+                                action="flag" if cfg.sanitize != "off" else "off")
+    report.update(eval_format=info["format"], eval_sanitize=info["sanitize"])
+    family = adapters.FORMATS[info["format"]].family
+    if "format" in report and family != adapters.FORMATS[report["format"]].family:
+        raise DataError(f"{cfg.eval_path}: rows of format {info['format']} ({family} reward) cannot evaluate a "
+                        f"run trained on {report['format']} rows ({adapters.FORMATS[report['format']].family} "
+                        "reward); set task.format or use held-out rows of the same kind")
+    return eval_rows[: cfg.n_eval]
+
+
+HOLDOUT_SHARE = 0.1  # at most this share of a training file's distinct prompts is held out for evaluation
+HOLDOUT_STREAM = 0x686F6C64  # the hold-out's random stream, [seed, this]: apart from the epochs' [seed, e]
+
+
+def hold_out(rows: Sequence[Row], n_eval: int, seed: int, path: str) -> tuple[list[Row], list[Row], dict[str, Any]]:
+    """(training rows, held-out rows, report): min(n_eval, 10% of the distinct prompts) prompts drawn by
+    `seed`, evaluated once each (in file order) and never trained on: every row of a held-out prompt leaves
+    the training rows, so a file with repeated prompts cannot leak one into evaluation. Too few distinct
+    prompts to hold one out is an error naming `path` and the two ways out."""
+    prompts = list(dict.fromkeys(r["prompt"] for r in rows))  # distinct, in file order
+    n = min(n_eval, int(len(prompts) * HOLDOUT_SHARE))
+    if n < 1:
+        raise DataError(f"{path}: no task.eval_path, and {len(prompts)} distinct prompts are too few to hold "
+                        f"{HOLDOUT_SHARE:.0%} out for evaluation; set task.eval_path to a held-out JSONL file, or "
+                        "task.n_eval=0 to evaluate nothing")
+    order = np.random.default_rng([seed, HOLDOUT_STREAM]).permutation(len(prompts))
+    held = {prompts[i] for i in order[:n]}
+    train = [r for r in rows if r["prompt"] not in held]
+    first = {r["prompt"]: k for k, r in reversed(list(enumerate(rows)))}  # each held prompt's first row
+    heldout = [rows[k] for k in sorted(first[p] for p in held)]
+    return train, heldout, {"rows": len(rows) - len(train), "of": len(rows), "prompts": n, "seed": seed}
+
+
+def holdout_summary(report: Mapping[str, Any]) -> str | None:
+    """The line a run prints when it evaluates on a slice of its training file (report: `hold_out`'s), else None."""
+    if not report:
+        return None
+    return (f"no task.eval_path: holding out {report['rows']} of {report['of']} training rows for evaluation "
+            f"({report['prompts']} prompts, drawn by seed {report['seed']}; never trained on)")
 
 
 # ------------------------------------------------------------------------------------ tokenisation

@@ -442,12 +442,21 @@ def reason_counts(reasons: Sequence[dict[str, str]]) -> dict[str, float]:
     return dict(sorted(counts.items()))
 
 
-def logged_samples(exp: Experience, dims: Sequence[str], n: int) -> list[dict]:
-    """The first n completions of a step as samples.jsonl rows: the text, its reward per dimension and the
-    reason each reward gave."""
+def logged_samples(exp: Experience, dims: Sequence[str], n: int, *, advantages_BxG) -> list[dict]:
+    """The first n completions of a step (row-major over groups) as samples.jsonl rows: the group (its
+    prompt's index in the step), the text, its reward per dimension, the advantage the update gave it and
+    the reason each reward gave. The prompt (as the model was given it, chat template included) is on the
+    group's first row only: the group's completions share it, and a prompt can be long."""
+    g = len(exp.texts) // max(len(exp.rows), 1)
     r = exp.rewards.reshape(-1, len(dims))
-    return [{"response": exp.texts[i], "rewards": {d: float(x) for d, x in zip(dims, r[i])},
-             "reasons": exp.reasons[i]} for i in range(min(n, len(exp.texts)))]
+    adv = np.asarray(advantages_BxG, np.float32).reshape(-1)
+    rows = []
+    for i in range(min(n, len(exp.texts))):
+        prompt = {"prompt": exp.rows[i // g]["prompt"]} if i % g == 0 else {}
+        rows.append({"group": i // g, **prompt, "response": exp.texts[i],
+                     "rewards": {d: float(x) for d, x in zip(dims, r[i])}, "advantage": float(adv[i]),
+                     "reasons": exp.reasons[i]})
+    return rows
 
 
 def token_kinds(tokenizer, tokens_BxGxT: np.ndarray, lengths_BxG: np.ndarray,

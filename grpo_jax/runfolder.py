@@ -23,7 +23,7 @@ import jax.numpy as jnp
 
 from grpo_jax import checkpoint as ckpt_lib
 from grpo_jax import data as data_lib
-from grpo_jax import provenance, reporting, runlock, runlog
+from grpo_jax import provenance, reporting, runlock, runlog, wandb_log
 from grpo_jax.build import lora_note
 from grpo_jax.config import RESUME_CRITICAL, TrainConfig, flat_dict, inert_settings, to_dict
 from grpo_jax.fileio import atomic_write_text
@@ -119,9 +119,11 @@ class RunFolder:
             notes = [*notes, *(("inert_setting", {"message": m}) for m in inert_settings(cfg)),
                      *(("lora_off", {"message": m}) for m in [lora_note(cfg)] if m)]
         log_dir = out_dir if pid == 0 else tempfile.mkdtemp(prefix=f"grpo-jax-process-{pid}-")
+        sinks = ([wandb_log.WandbSink(cfg.logging.wandb_project, out_dir, config=to_dict(cfg), start_step=start or 0)]
+                 if cfg.logging.wandb_project and log_dir == out_dir else [])
         self.logger = logger = runlog.RunLogger(
             log_dir, total_steps=cfg.steps, tensorboard=cfg.logging.tensorboard,
-            progress=cfg.logging.progress and not quiet and log_dir == out_dir, resume_step=start)
+            progress=cfg.logging.progress and not quiet and log_dir == out_dir, resume_step=start, sinks=sinks)
         for kind, info in notes:
             logger.event(start or 0, kind, **info)
             warnings.warn(info["message"], RuntimeWarning, stacklevel=3)
@@ -136,6 +138,9 @@ class RunFolder:
             for line in [*lines, data_lib.length_summary(data_report.get("prompt_lengths"))]:
                 if line:
                     print(line, file=sys.stderr, flush=True)
+            line = data_lib.holdout_summary(data_report.get("eval_holdout", {}))
+            if line:
+                print(line, file=sys.stderr, flush=True)
         if pid == 0:  # every start (a resume may run other code): <out>/manifest.json
             for problem in provenance.record_start(out_dir, cfg, specs, start_step=start or 0):
                 logger.event(start or 0, "regression_failed", message=problem)
@@ -170,7 +175,7 @@ def has_step_rows(out_dir: str) -> bool:
 
 # What a run writes beside its checkpoints: moved together by `set_aside`.
 RUN_OUTPUTS = tuple(f"{name}.jsonl" for name in (*runlog.STEP_FILES, "events")) + (
-    "config.json", "manifest.json", "report.md", "report.json", "tb", "plots", "alarms", "hf")
+    "config.json", "manifest.json", "report.md", "report.json", "tb", "wandb", "plots", "alarms", "hf")
 
 
 def set_aside(out_dir: str, dest_root: str) -> str:

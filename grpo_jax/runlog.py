@@ -5,11 +5,12 @@ Layout of ``out_dir`` (every JSONL row carries ``"step"``; keys sorted; one row 
 
     metrics.jsonl   deterministic per-step values only: same config + seed => byte-identical file
     timings.jsonl   wall-clock values, kept apart so they cannot break the above
-    samples.jsonl   a few completions per step, one row per sample
+    samples.jsonl   a few completions per step, one row per sample (group, prompt once per group, rewards, advantage)
     events.jsonl    pause, rollback, weight changes, warnings, resume, segments ... (never truncated)
     run.lock        held by the process running in the folder (``grpo_jax.runlock``), removed when it ends
     interrupted/    logs of a run stopped before its first checkpoint, set aside when one starts over (``runfolder.set_aside``)
     tb/             TensorBoard event files (scalars of metrics and timings, histograms)
+    wandb/          with logging.wandb_project: W&B's own files (``grpo_jax.wandb_log`` mirrors the streams)
     plots/*.png     ``reporting.plot_run``;  report.md / report.json: ``reporting.write_report``
 
 Floats are written as Python floats; NaN and +-inf as the strings "nan", "inf", "-inf" so every line is
@@ -32,7 +33,7 @@ import os
 import time
 import types
 import warnings
-from typing import IO, Any, Callable
+from typing import IO, Any, Callable, Sequence
 
 import numpy as np
 from tqdm import tqdm
@@ -62,8 +63,9 @@ class RunLogger:
     """
 
     def __init__(self, out_dir: str, *, total_steps: int | None = None, tensorboard: bool = True,
-                 progress: bool = True, resume_step: int | None = None):
+                 progress: bool = True, resume_step: int | None = None, sinks: Sequence[Any] = ()):
         self.out_dir = out_dir
+        self._sinks = list(sinks)  # mirrors of the streams (e.g. wandb_log.WandbSink): log, log_samples, close
         os.makedirs(out_dir, exist_ok=True)
         dropped, torn = _prepare_files(out_dir, resume_step)
         self._files = {name: open(self.path(name), "a", encoding="utf-8", newline="\n")
@@ -113,6 +115,8 @@ class RunLogger:
         if timings:
             self._write("timings", [{"step": step, **timings}])
         self._add_scalars(step, {**metrics, **timings})
+        for sink in self._sinks:
+            sink.log(step, {**metrics, **timings})
         for name, (edges, fractions) in (histograms or {}).items():
             self._add_histogram(step, name, edges, fractions)
         self._update_bar(step, metrics)
@@ -120,6 +124,8 @@ class RunLogger:
     def log_samples(self, step: int, samples: list[dict]) -> None:
         """A few completions of this step, one row each (e.g. prompt, completion, rewards)."""
         self._write("samples", [{"step": int(step), **sample} for sample in samples])
+        for sink in self._sinks:
+            sink.log_samples(step, samples)
 
     def log_problems(self, step: int, per_problem: dict) -> None:
         """One problems.jsonl row: an evaluation's result per held-out problem, in the eval split's order
@@ -141,6 +147,8 @@ class RunLogger:
         if self._bar is not None:
             self._bar.close()
             self._bar = None
+        while self._sinks:
+            self._sinks.pop().close()
 
     def __enter__(self) -> RunLogger:
         return self

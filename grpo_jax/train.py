@@ -17,6 +17,7 @@ import warnings
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from grpo_jax import (aot, control, evaluation, experience, failures, interrupts, monitor, presets, provenance,
                       runfolder, runlock, sharding)
@@ -39,6 +40,7 @@ class StepOutput:
     timings: dict  # wall-clock figures (timings.jsonl)
     experience: experience.Experience  # the step's rollout, rewards and texts
     histograms: dict  # {name: (bin edges, bin fractions)}, e.g. the token-entropy histogram
+    advantages: np.ndarray  # [B, G] the advantage each completion of `experience` was trained with
 
 
 class Trainer:
@@ -175,7 +177,7 @@ class Trainer:
         timings = {"time/rollout_wait": t_decoded - t0, "time/score": t1 - t_decoded, "time/score_ahead": t_ahead,
                    "time/rollout_and_reward": t1 - t0, "time/update": t2 - t1, "time/step": t2 - t0,
                    "tokens_per_s": n_tokens / max(t2 - t0, 1e-9)}  # completion tokens per second of step_once
-        return StepOutput(metrics, timings, exp, histograms)
+        return StepOutput(metrics, timings, exp, histograms, sharding.to_host(adv))
 
     def _update_controls(self, step: int, entropy_mean: float) -> None:
         self.entropy_ctl.update(step, entropy_mean)
@@ -242,7 +244,8 @@ class Trainer:
             if step == 1:  # the first update: a format rate of 0 here is a prompt/reward mismatch, said once
                 _warn(self.logger, step, "format_zero", experience.format_zero_warning(metrics))
             self.logger.log_samples(step, experience.logged_samples(out.experience, self.actor.dims,
-                                                                    cfg.logging.samples_per_step))
+                                                                    cfg.logging.samples_per_step,
+                                                                    advantages_BxG=out.advantages))
             alarms = self.failures.explain(self.monitor.observe(step, metrics))
             paused = monitor.should_pause(alarms)
             if periodic_checkpoint(cfg, step) or step == cfg.steps or paused:

@@ -189,18 +189,50 @@ def test_empty_jsonl_files_name_the_file_and_the_setting(tmp_path):
     assert len(rows) == 1 and eval_rows == []
 
 
-def test_jsonl_math_without_an_eval_file_asks_for_task_eval_path(tmp_path):
-    """The held-out split was asked for while task.train_path was set: the message asks for task.eval_path
-    (not "set task.train_path", which is already set)."""
+def _math_rows(path, n: int, *, repeat: int = 1) -> str:
+    """A jsonl_math training file of n distinct prompts, each written `repeat` times in a row."""
+    path.write_text("".join(json.dumps({"prompt": f"{i}+1=", "answer": str(i + 1)}) + "\n"
+                            for i in range(n) for _ in range(repeat)))
+    return str(path)
+
+
+def test_a_file_task_without_an_eval_file_holds_out_a_slice_of_its_training_file(tmp_path):
+    """No task.eval_path: min(n_eval, 10% of the distinct prompts) are held out, drawn by the seed, and none
+    of them is trained on, not even a repeat of one; the same seed draws the same slice."""
+    from grpo_jax.config import TaskConfig
+    from grpo_jax.data import holdout_summary, load_task_data
+    from grpo_jax.tasks import get_task
+
+    task = get_task("jsonl_math", tokenizer_path="unused")
+    path = _math_rows(tmp_path / "train.jsonl", 60, repeat=2)  # 120 rows, 60 prompts
+    cfg = TaskConfig(name="jsonl_math", train_path=path, n_eval=500)
+    rows, eval_rows, report = load_task_data(task, cfg, 0)
+    assert len(eval_rows) == 6 == len({r["prompt"] for r in eval_rows})  # 10% of 60 prompts, each once
+    assert not {r["prompt"] for r in rows} & {r["prompt"] for r in eval_rows}
+    assert len(rows) == 120 - 12 and report["rows"] == len(rows)  # both copies of a held prompt left training
+    assert report["eval_holdout"] == {"rows": 12, "of": 120, "prompts": 6, "seed": 0}
+    assert holdout_summary(report["eval_holdout"]).startswith(
+        "no task.eval_path: holding out 12 of 120 training rows for evaluation")
+    again, other = load_task_data(task, cfg, 0)[1], load_task_data(task, cfg, 1)[1]
+    assert again == eval_rows and other != eval_rows
+    small = load_task_data(task, TaskConfig(name="jsonl_math", train_path=path, n_eval=2), 0)[1]
+    assert len(small) == 2  # task.n_eval caps the slice below 10%
+    _, none, report = load_task_data(task, TaskConfig(name="jsonl_math", train_path=path, n_eval=0), 0)
+    assert none == [] and "eval_holdout" not in report
+
+
+def test_a_training_file_too_small_to_hold_out_from_asks_for_task_eval_path(tmp_path):
+    """Fewer than 10 distinct prompts leave none to hold out: one line naming the file, task.eval_path and
+    task.n_eval=0 (not "set task.train_path", which is set)."""
     from grpo_jax.config import TaskConfig
     from grpo_jax.data import load_task_data
     from grpo_jax.tasks import get_task
 
-    good = tmp_path / "good.jsonl"
-    good.write_text(GOOD + "\n")
     task = get_task("jsonl_math", tokenizer_path="unused")
-    with pytest.raises(ValueError, match=r"'heldout' split.*set task\.eval_path") as err:
-        load_task_data(task, TaskConfig(name="jsonl_math", train_path=str(good), n_eval=4), 0)
-    assert "train_path" not in str(err.value)
+    path = _math_rows(tmp_path / "few.jsonl", 9, repeat=3)
+    with pytest.raises(DataError, match=r"few\.jsonl: no task\.eval_path, and 9 distinct prompts are too few.*"
+                                        r"set task\.eval_path.*task\.n_eval=0") as err:
+        load_task_data(task, TaskConfig(name="jsonl_math", train_path=path, n_eval=4), 0)
+    assert "\n" not in str(err.value) and "train_path" not in str(err.value)
     with pytest.raises(ValueError, match=r"'train' split.*set task\.train_path"):
         task.generate("train", 4, 0)

@@ -24,7 +24,7 @@ from grpo_jax.runlog import read_jsonl
 from grpo_jax.tasks import get_task
 from grpo_jax.tokenizer import CharTokenizer
 from models import tiny
-from tests.test_train import ROOT, _assert_real_signal, signal_config, tiny_config
+from tests.test_train import ROOT, SIGNAL, _assert_real_signal, signal_config, tiny_config
 
 N_COMPLETIONS = 16  # TINY: prompts_per_step=4 x group_size=4
 
@@ -41,7 +41,8 @@ def run(tmp_path_factory):
     task = get_task("arithmetic")
     train_path = _write_jsonl(tmp / "train.jsonl", task.generate("train", 32, seed=0))
     eval_path = _write_jsonl(tmp / "eval.jsonl", task.generate("heldout", 4, seed=0))
-    cfg = signal_config("steps=1", f"task.train_path={train_path}", f"task.eval_path={eval_path}", "task.n_eval=4")
+    cfg = signal_config("steps=1", f"task.train_path={train_path}", f"task.eval_path={eval_path}", "task.n_eval=4",
+                        f"logging.samples_per_step={N_COMPLETIONS}")  # every completion: whole groups
     out = str(tmp / "run")
     train.Trainer(cfg, out, quiet=True).run()
     rows = read_jsonl(os.path.join(out, "metrics.jsonl"))
@@ -187,7 +188,7 @@ def test_reason_counts_per_step_equal_a_hand_count():
     metrics = experience.host_metrics(exp, actor.dims)
     assert {k: v for k, v in metrics.items() if k.startswith("reason/")} == HAND_COUNT
     # the logged samples carry each completion's reasons beside its rewards
-    samples = experience.logged_samples(exp, actor.dims, 3)
+    samples = experience.logged_samples(exp, actor.dims, 3, advantages_BxG=np.zeros((2, 3)))
     assert [s["reasons"] for s in samples] == [
         {"math": "correct", "format": "ok", "length": "ok"},
         {"math": "correct", "format": "missing_tag:<think>", "length": "ok"},
@@ -220,6 +221,26 @@ def test_smoke_run_logs_reasons_every_step_and_in_samples(run):
         assert (s["reasons"]["math"] == "correct") == (s["rewards"]["math"] == 1.0)
         assert (s["reasons"]["format"] == "ok") == (s["rewards"]["format"] == 1.0)
         assert s["reasons"]["length"] == "ok"
+
+
+def test_samples_carry_each_groups_prompt_once_and_the_advantage_it_was_trained_with(run):
+    """samples.jsonl: the prompt on a group's first row only; each completion's advantage is the estimator's
+    on the logged rewards of its whole group (so it is the one the update used, not zeros or another row's)."""
+    from grpo_jax import advantages as adv_lib
+    from tests.tolerance import rounding_tol
+
+    cfg, samples = run["cfg"], read_jsonl(os.path.join(run["out"], "samples.jsonl"))
+    g, dims = cfg.sampling.group_size, ["math", "format", "length"]
+    assert [s["group"] for s in samples] == [i // g for i in range(N_COMPLETIONS)]
+    assert [("prompt" in s) for s in samples] == [i % g == 0 for i in range(N_COMPLETIONS)]
+    prompts = [json.loads(line)["prompt"] for line in open(run["train_path"])]
+    assert all(s["prompt"] in prompts for s in samples if "prompt" in s)
+    rewards = np.array([[s["rewards"][d] for d in dims] for s in samples], np.float32).reshape(-1, g, len(dims))
+    weights = np.array([spec["weight"] for spec in json.loads(SIGNAL[0].split("=", 1)[1])], np.float32)
+    expected, _ = adv_lib.compute_advantages(rewards, weights, cfg=cfg.advantage)
+    logged = np.array([s["advantage"] for s in samples], np.float32).reshape(-1, g)
+    assert np.abs(logged).max() > 0  # a real signal: groups whose completions differ
+    np.testing.assert_allclose(logged, np.asarray(expected), rtol=0, atol=rounding_tol(expected))
 
 
 def test_a_launcher_from_another_checkout_is_refused(tmp_path):

@@ -90,6 +90,12 @@ def row_formats(task: Task) -> tuple[str, ...]:
     return task.formats if isinstance(task, JsonlTask) else (NATIVE,)
 
 
+def generates_rows(task: Task) -> bool:
+    """Whether `task` generates its own rows (train and held-out splits); a file task reads them from files,
+    so a run without task.eval_path holds out a slice of its training file instead (data.hold_out)."""
+    return not isinstance(task, JsonlTask)
+
+
 def row_options(task: Task) -> dict[str, Any]:
     """The task options the row formats read (`adapters.RowFormat.options`, e.g. wmt's source_lang and
     target_lang), to pass to `adapters.adapt_row`: a file task's fields of those names; {} for other tasks."""
@@ -111,5 +117,5 @@ def bind_format(task: Task, fmt: str) -> Task:
 
 
 __all__ = ["FORMATS", "SPLITS", "SYNTHETIC", "TASKS", "ArithmeticTask", "CountdownTask", "JsonlMathTask", "JsonlTask",
-           "Row", "Task", "TranslationTask", "bind_format", "get_task", "row_formats", "row_options",
+           "Row", "Task", "TranslationTask", "bind_format", "generates_rows", "get_task", "row_formats", "row_options",
            "split_of"]
