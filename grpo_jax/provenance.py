@@ -197,7 +197,23 @@ def write_manifest(out_dir: str, manifest: dict) -> dict:
     return manifest
 
 
-def record_start(out_dir: str, cfg, specs: Sequence[RewardSpec], *, start_step: int) -> list[str]:
-    """Build and write the manifest of a run starting at `start_step`; returns the regression problems
-    (empty when every used reward passes), which the trainer logs as events and warns about."""
-    return regression_problems(write_manifest(out_dir, build_manifest(cfg, specs, start_step=start_step)))
+def record_start(out_dir: str, cfg, specs: Sequence[RewardSpec], *, start_step: int) -> list[tuple[str, str]]:
+    """Build and write the manifest of a run starting at `start_step`; returns (event kind, message) for each
+    regression problem (`regression_failed`: a used reward failing its regression set) and, when the run
+    resumes, each dimension whose reward version differs from the previous start's (`reward_version_changed`:
+    a user function edited since, whose digest moved), which the trainer logs as events and warns about."""
+    manifest = write_manifest(out_dir, build_manifest(cfg, specs, start_step=start_step))
+    notes = [("regression_failed", m) for m in regression_problems(manifest)]
+    earlier = manifest.get("previous_starts", [])
+    if start_step and earlier:
+        notes += [("reward_version_changed", m) for m in version_changes(earlier[-1], manifest)]
+    return notes
+
+
+def version_changes(before: dict, now: dict) -> list[str]:
+    """One message per reward dimension whose version differs between two manifests' `rewards` records."""
+    old = {r["dimension"]: r.get("version") for r in before.get("rewards", [])}
+    return [f"reward {r['name']!r} (dimension {r['dimension']!r}) is version {r.get('version')!r} now and was "
+            f"{old[r['dimension']]!r} at the previous start: steps from {now['start_step']} on are scored by the "
+            "changed function" for r in now.get("rewards", [])
+            if r["dimension"] in old and old[r["dimension"]] != r.get("version")]

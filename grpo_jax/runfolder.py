@@ -142,8 +142,8 @@ class RunFolder:
             if line:
                 print(line, file=sys.stderr, flush=True)
         if pid == 0:  # every start (a resume may run other code): <out>/manifest.json
-            for problem in provenance.record_start(out_dir, cfg, specs, start_step=start or 0):
-                logger.event(start or 0, "regression_failed", message=problem)
+            for kind, problem in provenance.record_start(out_dir, cfg, specs, start_step=start or 0):
+                logger.event(start or 0, kind, message=problem)
                 warnings.warn(problem, RuntimeWarning, stacklevel=3)
         return logger
 

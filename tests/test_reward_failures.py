@@ -215,3 +215,27 @@ def test_a_when_condition_on_an_unbounded_user_reward_is_refused_naming_it():
     with pytest.raises(ValueError, match=r"when='trl_plain', which needs reward 'tests\.test_reward_failures:trl_plain' "
                                          r"to declare its high score"):
         dimension_names(specs)
+
+
+def edited_before(completion, **row):
+    return 1.0
+
+
+def edited_after(completion, **row):
+    return 0.0
+
+
+def test_a_resume_whose_reward_source_changed_says_so(tmp_path):
+    from grpo_jax import provenance
+    from grpo_jax.config import TrainConfig
+
+    before = RewardSpec("tests.test_reward_failures:edited_before", label="r")
+    after = RewardSpec("tests.test_reward_failures:edited_after", label="r")  # the same dimension, edited code
+    out, cfg = str(tmp_path), TrainConfig()
+    assert not [k for k, _ in provenance.record_start(out, cfg, [before], start_step=0)
+                if k == "reward_version_changed"]
+    assert not [k for k, _ in provenance.record_start(out, cfg, [before], start_step=2)
+                if k == "reward_version_changed"]  # resumed with the same code: nothing to say
+    notes = dict(provenance.record_start(out, cfg, [after], start_step=4))
+    assert "dimension 'r'" in notes["reward_version_changed"] and "steps from 4 on" in notes["reward_version_changed"]
+    assert "src-" in notes["reward_version_changed"]
