@@ -164,8 +164,10 @@ class RunFolder:
         config.json is left as the run started."""
         changes = runconfig.as_record(self.changes)
         logger.event(step, "config_changed", at=at, changes=changes)
-        path = os.path.join(self.out_dir, runconfig.HISTORY)
-        before = open(path, encoding="utf-8").read() if os.path.exists(path) else ""
+        path, before = os.path.join(self.out_dir, runconfig.HISTORY), ""
+        if os.path.exists(path):  # rewritten whole (atomically): a reader never sees half a line
+            with open(path, encoding="utf-8") as f:
+                before = f.read()
         entry = {"step": step, "at": at, "wall_time": time.time(), "changes": changes, "config": to_dict(self.cfg)}
         atomic_write_text(path, before + json.dumps(entry, sort_keys=True) + "\n")
 
