@@ -166,28 +166,12 @@ def teach_format(model, tok, prompts: list[str], completions: list[str], *, step
     return float(loss.detach())
 
 
-def keep_saved_task(cfg: TrainConfig, out: str, overrides: list[str]) -> TrainConfig:
-    """`cfg` with task.name=jsonl_math when resuming a run folder made while that was this launcher's default
-    (its config.json says so) and --set task.name was not given: resuming refuses a changed task.name, and
-    jsonl_math reads maths rows exactly as jsonl does."""
-    if any(o.split("=", 1)[0].strip() == "task.name" for o in overrides):
-        return cfg
-    try:
-        with open(os.path.join(out, "config.json"), encoding="utf-8") as f:
-            saved = json.load(f)["task"]["name"]
-    except (OSError, ValueError, KeyError, TypeError):  # no run there (yet), or not a run's config
-        return cfg
-    return override(cfg, ["task.name=jsonl_math"]) if saved == "jsonl_math" else cfg
-
-
 @for_people
 def main(argv=None) -> dict:
-    args, cfg = parse_args(argv, description=__doc__, get_config=get_config)
+    args, cfg = parse_args(argv, description=__doc__, get_config=get_config, default_out="runs/hf_math")
     if args.compile_only:  # shapes only: model.hf_path's config.json when it is here, else the preset
         return aot.compile_only(args, cfg)
     out = out_dir(args, "runs/hf_math")
-    if args.resume and not args.config:
-        cfg = keep_saved_task(cfg, out, args.overrides)
     if args.smoke:  # the assets live in the run folder, so --resume and grpo_jax.export find them again
         p = make_smoke_assets(os.path.join(out, "smoke_assets"))
         cfg = override(cfg, [f"model.hf_path={p['ckpt']}", f"task.train_path={p['train']}",
@@ -197,7 +181,7 @@ def main(argv=None) -> dict:
     if not dict(cfg.task.options).get("tokenizer_path"):
         options = dict(cfg.task.options, tokenizer_path=cfg.model.hf_path)
         cfg = override(cfg, ["task.options=" + json.dumps(sorted(options.items()))])
-    trainer = Trainer(cfg, out, resume=args.resume, quiet=args.quiet)
+    trainer = Trainer(cfg, out, resume=args.resume, quiet=args.quiet, rollback_to=args.rollback_to)
     summary = trainer.run()
     trainer.report(summary, title="GRPO from a Hugging Face checkpoint on local data")
     print(json.dumps(summary))

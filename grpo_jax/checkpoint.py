@@ -478,4 +478,4 @@ def check_compatible(saved_config: dict, new_config: dict, keys: Sequence[str], 
             diffs.append(f"{key}: checkpoint {_show(old)}, now {_show(new)}")
     if diffs:
         raise CheckpointError("cannot resume: the config differs from the checkpoint's in keys that must "
-                              "match:\n  " + "\n  ".join(diffs))
+                              "match: " + "; ".join(diffs))

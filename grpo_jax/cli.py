@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import argparse
 import functools
-import json
 import os
 import sys
 import warnings
 from collections.abc import Callable, Sequence
 
-from grpo_jax.config import TrainConfig, UserError, from_dict, override  # UserError: re-exported here
+from grpo_jax import runconfig
+from grpo_jax.config import TrainConfig, UserError, override  # UserError: re-exported here
 
 DEBUG_ENV = "GRPO_JAX_DEBUG"  # =1: tracebacks for user errors too (as --debug)
 
@@ -85,21 +85,7 @@ def one_line_warning(message, category, filename, lineno, line=None) -> str:
 
 def load_config(path: str) -> TrainConfig:
     """The TrainConfig in a config.json (as a run writes it); every error names the file (and line)."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            raw = json.load(f)
-    except OSError as e:
-        raise ValueError(f"--config {path}: cannot read ({e.strerror})") from None
-    except UnicodeDecodeError as e:
-        raise ValueError(f"--config {path}: not UTF-8 text (byte {e.object[e.start]:#04x} at offset {e.start})"
-                         ) from None
-    except json.JSONDecodeError as e:
-        raise ValueError(f"--config {path}:{e.lineno}:{e.colno}: invalid JSON ({e.msg}); expected the config.json "
-                         "a run writes (a JSON object of config sections)") from None
-    try:
-        return from_dict(TrainConfig, raw)
-    except ValueError as e:
-        raise ValueError(f"--config {path}: {e}") from None
+    return runconfig.load(path, named="--config ")
 
 
 _CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the folder holding this grpo_jax/
@@ -128,10 +114,12 @@ def out_dir(args, default: str = DEFAULT_OUT) -> str:
     return f"{default}-smoke" if args.smoke else default
 
 
-def parse_args(argv=None, *, description: str = "", get_config=None):
+def parse_args(argv=None, *, description: str = "", get_config=None, default_out: str = DEFAULT_OUT):
     """The CLI every experiment shares: --out, --seed, --smoke, --set key=value ..., --resume, --config, --debug.
 
-    get_config(smoke: bool) -> TrainConfig supplies the experiment's defaults (TrainConfig() if None)."""
+    get_config(smoke: bool) -> TrainConfig supplies the experiment's defaults (TrainConfig() if None);
+    default_out: the launcher's run folder when --out is not given (`out_dir`). --resume and --rollback-to
+    start from the run's own config instead (`continued_config`)."""
     ap = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=DEFAULT_OUT, help="run directory (metrics, checkpoints, report; the launcher's "
                     "own by default, with -smoke after it for --smoke)")
@@ -178,5 +166,30 @@ def parse_args(argv=None, *, description: str = "", get_config=None):
     cfg = get_config(smoke=args.smoke) if get_config else TrainConfig()
     if args.config:
         cfg = load_config(args.config)
-    cfg = override(cfg, args.overrides + ([f"seed={args.seed}"] if args.seed is not None else []))
-    return args, cfg
+    if args.resume or args.rollback_to is not None:
+        return args, continued_config(args, cfg, out_dir(args, default_out))
+    return args, override(cfg, _assignments(args))
+
+
+def _assignments(args) -> list[str]:
+    """--set's assignments, then --seed's."""
+    return args.overrides + ([f"seed={args.seed}"] if args.seed is not None else [])
+
+
+def continued_config(args, cfg: TrainConfig, out: str) -> TrainConfig:
+    """The config a --resume or --rollback-to in `out` trains with: the run's own (`runconfig.current`: its
+    config.json with the changes of earlier resumes) with --set and --seed applied, so that a setting of the
+    first run is kept unless named again; --config, when given, replaces the run's own as the start. Each
+    key that changes is printed on stderr ("--resume: key: old -> new"; the run folder records them), and a
+    change the checkpoints cannot take is refused naming the key. A folder with no config.json (nothing to
+    continue) takes `cfg`, the launcher's, as a fresh run does."""
+    saved = runconfig.current(out)
+    if saved is None:
+        return override(cfg, _assignments(args))
+    new = override(cfg if args.config else saved[0], _assignments(args))
+    flag = "--resume" if args.rollback_to is None else f"--rollback-to {args.rollback_to}"
+    found = runconfig.changes(saved[0], new)
+    runconfig.refuse_critical(found, flag=flag, out_dir=out)
+    for change in found:
+        print(f"{flag}: {runconfig.change_line(change)}", file=sys.stderr, flush=True)
+    return new

@@ -959,8 +959,9 @@ def inert_settings(cfg: TrainConfig) -> list[str]:
 
 # Fields whose change makes resuming a checkpoint unsafe (shapes or the meaning of the optimizer state).
 RESUME_CRITICAL = (
-    "model.preset", "model.hf_path", "model.d_model", "model.n_layers", "model.n_heads", "model.n_kv_heads",
-    "model.head_dim", "model.mlp_dim", "model.param_dtype", "sampling.group_size", "advantage.estimator",
+    "model.preset", "model.hf_path", "model.module", "model.d_model", "model.n_layers", "model.n_heads",
+    "model.n_kv_heads", "model.head_dim", "model.mlp_dim", "model.param_dtype", "sampling.group_size",
+    "advantage.estimator",
     "task.name", "task.options", "task.format", "task.chat", "task.system_prompt", "prompts_per_step",
     "lora.rank", "lora.alpha", "lora.targets", "model.max_positions", "sampling.max_prompt_tokens",
     "sampling.long_prompts",

@@ -69,12 +69,12 @@ def run(argv, *, doc: str, get_config, spec: Spec, clock: Clock) -> dict:
     folder stays locked until the report is written (`runlock`); another run there exits with an error naming
     it, a run paused by an alarm exits with `monitor.PAUSE_EXIT_CODE` after its report, and a run stopped by
     SIGINT / SIGTERM (checkpointed at the step reached) with 128 + the signal's number after its report."""
-    args, cfg = parse_args(argv, description=doc, get_config=get_config)
+    args, cfg = parse_args(argv, description=doc, get_config=get_config, default_out=spec.default_out)
     if args.compile_only:
         return aot.compile_only(args, cfg)
     out = out_dir(args, spec.default_out)
     last_write = runfolder.last_write_time(out)  # when an earlier, interrupted process stopped (read before rewriting)
-    trainer = open_trainer(cfg, out, resume=args.resume, quiet=args.quiet)
+    trainer = open_trainer(cfg, out, resume=args.resume, quiet=args.quiet, rollback_to=args.rollback_to)
     hold = trainer.lock.again() if trainer.lock is not None else None  # the trainer's is released by run()
     try:
         summary, ended = _train_and_report(trainer, args, cfg, out, spec, clock, last_write)

@@ -247,15 +247,15 @@ def rollback_command(out_dir: str, alarms: Iterable[Alarm], kept_steps: Iterable
                      began: int | None = None) -> str:
     """The command that resumes a paused run from before the trouble with a control switched on: the
     checkpoint `rollback_target` picks for trouble that began at `began` (the trainer passes
-    `Monitor.trouble`'s; default: where the first pausing rule's streak began), the run's own config.json, and
-    the remedies of the rules that paused."""
+    `Monitor.trouble`'s; default: where the first pausing rule's streak began) and the remedies of the rules
+    that paused; --rollback-to continues with the run's own config (config.json and its recorded changes)."""
     alarms = list(alarms)
     pausing = [a for a in alarms if a.rule.action == "pause"] or alarms
     if began is None:
         began = min(a.step - a.rule.patience + 1 for a in pausing)
     target = rollback_target(kept_steps, began)
     remedies = sorted({REMEDIES.get(a.rule.name, "--set KEY=VALUE") for a in pausing})
-    return (f"python -m grpo_jax.train --config {out_dir}/config.json --out {out_dir} --rollback-to {target} "
+    return (f"python -m grpo_jax.train --out {out_dir} --rollback-to {target} "
             + " ".join(remedies))
 
 

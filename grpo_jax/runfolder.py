@@ -23,7 +23,7 @@ import jax.numpy as jnp
 
 from grpo_jax import checkpoint as ckpt_lib
 from grpo_jax import data as data_lib
-from grpo_jax import provenance, reporting, runlock, runlog, wandb_log
+from grpo_jax import provenance, reporting, runconfig, runlock, runlog, wandb_log
 from grpo_jax.build import lora_note
 from grpo_jax.config import RESUME_CRITICAL, TrainConfig, flat_dict, inert_settings, to_dict
 from grpo_jax.fileio import atomic_write_text
@@ -38,6 +38,7 @@ class RunFolder:
         self.lock = runlock.acquire(out_dir, wait=lock_wait) if jax.process_index() == 0 else None
         self.ckpt: ckpt_lib.Checkpointer | None = None
         self.logger: runlog.RunLogger | None = None
+        self.changes: list[runconfig.Change] = []  # what a resume or rollback changes in the run's config
 
     def release_lock(self) -> None:
         """Let another process run in the folder; idempotent."""
@@ -53,13 +54,18 @@ class RunFolder:
     def restore(self, target, rollback_to: int | None) -> tuple | None:
         """(state, meta, step, notes) of the newest good checkpoint, or of `rollback_to`; None when the folder
         has none to resume. `target` is the state's ShapeDtypeStructs. Refused, before anything in the folder
-        changes, when the checkpoint's config or the logs are another run's. Newer checkpoints (corrupt ones
-        skipped, or those a rollback abandons: archived first) are deleted: this run rewrites them."""
+        changes, when `cfg` changes a key the checkpoint cannot take or the logs are another run's. What `cfg`
+        changes in the run's config (`runconfig.current`) is kept in `changes`, for `open_logs` to record.
+        Newer checkpoints (corrupt ones skipped, or those a rollback abandons: archived first) are deleted:
+        this run rewrites them."""
         ckpt, out_dir = self.ckpt, self.out_dir
         if ckpt.latest_step() is None:
             if rollback_to is not None:
                 raise ckpt_lib.CheckpointError(f"--rollback-to {rollback_to}: {out_dir} has no checkpoints")
             return None
+        self._check_critical(ckpt.read_meta(rollback_to)["config"])  # before the state's shapes are compared
+        saved = runconfig.current(out_dir)
+        self.changes = runconfig.changes(saved[0], self.cfg) if saved is not None else []
         state, meta, step = ckpt.restore(target, step=rollback_to, may_lack=("ref_params",))
         notes = []
         if jax.tree_util.tree_leaves(target.ref_params) and not jax.tree_util.tree_leaves(state.ref_params):
@@ -68,7 +74,6 @@ class RunFolder:
             notes.append(("kl_reference", {
                 "message": f"checkpoint step {step} holds no KL reference (loss.beta was 0 when it was written): the "
                            f"KL reference is the policy of step {step}"}))
-        ckpt_lib.check_compatible(meta["config"], to_dict(self.cfg), RESUME_CRITICAL, defaults=to_dict(TrainConfig()))
         mismatch = logs_mismatch(out_dir, step, meta, critical=RESUME_CRITICAL)
         if mismatch:
             raise ckpt_lib.CheckpointError(
@@ -81,6 +86,16 @@ class RunFolder:
         for s in newer:
             ckpt.delete(s)
         return state, meta, step, notes
+
+    def _check_critical(self, saved: dict) -> None:
+        """CheckpointError, one line naming each key, when `cfg` differs from a checkpoint's config `saved` in
+        a key that must match (`config.RESUME_CRITICAL`); a key the checkpoint predates counts as its default."""
+        try:
+            ckpt_lib.check_compatible(saved, to_dict(self.cfg), RESUME_CRITICAL, defaults=to_dict(TrainConfig()))
+        except ckpt_lib.CheckpointError as e:
+            raise ckpt_lib.CheckpointError(
+                f"{self.out_dir}: {e} (the run's config is its config.json with the changes in "
+                f"{runconfig.HISTORY}; --resume and --rollback-to on the command line start from it)") from None
 
     def fresh_start(self, *, resume: bool) -> list[tuple[str, dict]]:
         """Before a run starts at step 0 in the folder: the (event kind, info) notes to log and warn. Every
@@ -129,6 +144,8 @@ class RunFolder:
             warnings.warn(info["message"], RuntimeWarning, stacklevel=3)
         if rollback:
             logger.event(start, "rollback", to_step=start, config=to_dict(cfg))
+        if start is not None and self.changes and pid == 0:
+            self._record_changes(logger, start, "rollback" if rollback else "resume")
         if start is None and pid == 0:
             atomic_write_text(os.path.join(out_dir, "config.json"), json.dumps(to_dict(cfg), indent=2, sort_keys=True))
             logger.event(0, "data", **data_report)
@@ -146,6 +163,19 @@ class RunFolder:
                 logger.event(start or 0, kind, message=problem)
                 warnings.warn(problem, RuntimeWarning, stacklevel=3)
         return logger
+
+    def _record_changes(self, logger: runlog.RunLogger, step: int, at: str) -> None:
+        """What this resume or rollback changes in the run's config: a "config_changed" event and a line of
+        config_history.jsonl (with the whole config from now on: what the next --resume starts from).
+        config.json is left as the run started."""
+        changes = runconfig.as_record(self.changes)
+        logger.event(step, "config_changed", at=at, changes=changes)
+        path, before = os.path.join(self.out_dir, runconfig.HISTORY), ""
+        if os.path.exists(path):  # rewritten whole (atomically): a reader never sees half a line
+            with open(path, encoding="utf-8") as f:
+                before = f.read()
+        entry = {"step": step, "at": at, "wall_time": time.time(), "changes": changes, "config": to_dict(self.cfg)}
+        atomic_write_text(path, before + json.dumps(entry, sort_keys=True) + "\n")
 
     def report(self, summary: dict, *, title: str, sections=(), data_report: dict) -> tuple[str, str]:
         """PNG plots from metrics.jsonl plus report.md / report.json; report.json carries the provenance of the
@@ -175,7 +205,8 @@ def has_step_rows(out_dir: str) -> bool:
 
 # What a run writes beside its checkpoints: moved together by `set_aside`.
 RUN_OUTPUTS = tuple(f"{name}.jsonl" for name in (*runlog.STEP_FILES, "events")) + (
-    "config.json", "manifest.json", "report.md", "report.json", "tb", "wandb", "plots", "alarms", "hf")
+    "config.json", runconfig.HISTORY, "manifest.json", "report.md", "report.json", "tb", "wandb", "plots", "alarms",
+    "hf")
 
 
 def set_aside(out_dir: str, dest_root: str) -> str:

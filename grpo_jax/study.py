@@ -143,7 +143,7 @@ def launch(argv, *, doc: str, get_config, arms: dict, default_out: str, summariz
     given (-1: each seed its own warm start; None: cfg.seed's for all); `default_seeds`: the seeds without --seeds.
 
     --jobs N re-runs the script that defines `get_config` (the launcher) in N process slots."""
-    args, cfg = parse_args(argv, description=doc, get_config=get_config)
+    args, cfg = parse_args(argv, description=doc, get_config=get_config, default_out=default_out)
     if args.compile_only:  # the study's base config (its arms change the objective, not the shapes)
         return aot.compile_only(args, cfg)
     out, seeds, sft, warm_seed = study_settings(args, cfg, default_out, warm=warm, smoke_warm=smoke_warm,
@@ -454,7 +454,7 @@ def _load_or_train_warm_start(warm: RunParts, run_dir: str, n_valid: int, sft: d
 
 # ---- the per-run files a study commits, so every table can be recomputed without the runs ---------------------
 
-ARCHIVED = ("config.json", "events.jsonl", "manifest.json")  # copied as they are
+ARCHIVED = ("config.json", "config_history.jsonl", "events.jsonl", "manifest.json")  # copied as they are
 
 
 def archive_runs(out: str, dest: str, arms, seeds, *, metric_keys: tuple[str, ...]) -> dict:

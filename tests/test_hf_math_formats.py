@@ -1,6 +1,6 @@
-"""experiments/hf_math.py reads any supported row format with its own defaults (no --set task.name), keeps
-a run folder made under its earlier jsonl_math default resumable, and exits with one line naming
-model.hf_path when that folder is missing."""
+"""experiments/hf_math.py reads any supported row format with its own defaults (no --set task.name), resumes
+a run folder from its config.json with nothing repeated, and exits with one line naming model.hf_path when
+that folder is missing."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import json
 import pytest
 
 from grpo_jax import build, tasks
+from grpo_jax.config import override, to_dict
 from grpo_jax.data import load_task_data
 from grpo_jax.tasks import get_task
 from tests.launchers import load_launcher
@@ -49,14 +50,22 @@ def test_the_launcher_defaults_read_every_family_without_flags(tmp_path, tokeniz
     assert [s.name for s in specs] == [reward, "format"]
 
 
-def test_resuming_a_folder_made_under_jsonl_math_keeps_that_task(tmp_path):
-    cfg = hf_math.get_config()
-    assert hf_math.keep_saved_task(cfg, str(tmp_path), []) is cfg  # no run there
-    (tmp_path / "config.json").write_text(json.dumps({"task": {"name": "jsonl_math"}}))
-    assert hf_math.keep_saved_task(cfg, str(tmp_path), []).task.name == "jsonl_math"
-    assert hf_math.keep_saved_task(cfg, str(tmp_path), ["task.name=jsonl"]).task.name == "jsonl"
-    (tmp_path / "config.json").write_text(json.dumps({"task": {"name": "jsonl"}}))
-    assert hf_math.keep_saved_task(cfg, str(tmp_path), []).task.name == "jsonl"
+def test_resume_reads_model_hf_path_and_the_task_from_the_runs_config(tmp_path, monkeypatch):
+    """`--resume --out DIR` alone: the run's config.json gives model.hf_path (here a folder since moved away,
+    so the run stops at the model with the error naming it) and the task it was made with (jsonl_math, an
+    earlier default of the launcher)."""
+    monkeypatch.delenv("GRPO_JAX_DEBUG", raising=False)
+    run, ckpt = tmp_path / "run", tmp_path / "moved-ckpt"
+    run.mkdir()
+    saved = override(hf_math.get_config(), [f"model.hf_path={ckpt}", "task.name=jsonl_math",
+                                            f"task.train_path={tmp_path / 'train.jsonl'}"])
+    (run / "config.json").write_text(json.dumps(to_dict(saved)))
+    _, cfg = hf_math.parse_args(["--resume", "--out", str(run)], get_config=hf_math.get_config,
+                                default_out="runs/hf_math")
+    assert cfg == saved and hf_math.get_config().task.name != "jsonl_math"
+    with pytest.raises(SystemExit) as info:
+        hf_math.main(["--resume", "--out", str(run), "--quiet"])
+    assert str(info.value.code).startswith(f"error: model.hf_path={str(ckpt)!r}: no such folder")
 
 
 def test_a_missing_checkpoint_folder_is_one_line_naming_model_hf_path(tmp_path, monkeypatch):

@@ -8,6 +8,7 @@ our logits."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 
@@ -23,6 +24,7 @@ from grpo_jax.rewards.registry import reward_version
 from grpo_jax.runlog import read_jsonl
 from models.rope import text_positions
 from tests.hf_util import hf_logits
+from tests.launchers import load_launcher
 from tests.test_train import ROOT, _assert_real_signal
 from tests.tolerance import forward_tol
 
@@ -108,6 +110,20 @@ def test_manifest_lists_every_reward_with_its_version_and_the_data_report_counts
     assert data["chat"]["rendered_train_rows"] == 25 and data["chat"]["mode"] == "always"
 
 
+def test_resume_needs_nothing_repeated(run, tmp_path, capsys):
+    """`experiments/hf_math.py --resume --out DIR`: model.hf_path, the data, LoRA and the smoke's settings come
+    from the run's config.json; only the --set given changes."""
+    again = shutil.copytree(run, tmp_path / "run")
+    capsys.readouterr()
+    summary = load_launcher("hf_math").main(["--resume", "--out", str(again), "--quiet", "--set", "steps=3"])
+    assert summary["steps"] == 3
+    rows = [r for r in read_jsonl(str(again / "metrics.jsonl")) if "loss" in r]
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    _assert_real_signal([rows[-1]["grad_norm"]], [rows[-1]["skipped"]])
+    assert [line for line in capsys.readouterr().err.splitlines() if line.startswith("--resume:")] == [
+        "--resume: steps: 2 -> 3"]
+
+
 def test_three_steps_of_the_smoke_compile_the_update_once(tmp_path, caplog):
     """The state enters train_step laid out as train_step returns it, so steps 2 and 3 reuse step 1's
     executable: jax's compile log names train_step once over three real steps (before the layout fix the
@@ -116,8 +132,6 @@ def test_three_steps_of_the_smoke_compile_the_update_once(tmp_path, caplog):
 
     from grpo_jax.config import override
     from grpo_jax.train import Trainer
-    from tests.launchers import load_launcher
-
     hf_math = load_launcher("hf_math")
     p = hf_math.make_smoke_assets(str(tmp_path / "assets"))
     cfg = override(hf_math.get_config(True), [

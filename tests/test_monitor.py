@@ -211,7 +211,7 @@ def test_rollback_command_targets_the_checkpoint_before_the_streak():
     (alarm,) = alarms
     assert alarm.step == 20
     cmd = mon.rollback_command("runs/x", alarms, kept_steps=[5, 10, 16, 20])
-    assert cmd == ("python -m grpo_jax.train --config runs/x/config.json --out runs/x --rollback-to 10 "
+    assert cmd == ("python -m grpo_jax.train --out runs/x --rollback-to 10 "
                    "--set temperature.mode=adaptive")
 
 
