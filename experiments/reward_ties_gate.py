@@ -2,6 +2,8 @@
 
     python experiments/reward_ties_gate.py          # ~10 min on 2 cores -> experiments/results/reward_ties/gate/
     python experiments/reward_ties_gate.py --smoke  # seconds; what the tests run
+    python experiments/reward_ties_gate.py --target-accuracy 0.15 --out experiments/results/reward_ties/gate_weak \
+        --runs runs/reward_ties_gate_weak             # the second round: a weaker warm start, the same rule
 
 Setting (the reward-ties study's): Countdown with 3 numbers in 1..50 and at least two solutions per problem, a
 supervised warm start to 30% greedy validation accuracy, and two binary rewards at weight 1: `countdown` (the answer
@@ -33,7 +35,13 @@ The rule, fixed in this file before the first measurement ran, the same for ever
   G3 of those ties GDPO puts the correct one first at least twice as often as the wrong one;
   G4 the simulation predicts gdpo - grpo >= SESOI (2 points) at the calibrated lr, mean over simulation seeds.
 The study goes on with the passing style of the largest G4 prediction; with none, the gate says so and the study
-stops there (a finished result of its own). Written: gate.json (every figure, the rule's verdict, provenance) and
+stops there (a finished result of its own).
+
+The second round (`--target-accuracy 0.15`, after every candidate failed at the 30% warm start): the supervised
+warm start stops at the first validation check at or above 15% greedy accuracy, so that correctness at T = 1 is
+rarer. GDPO breaks a correct-without-style / wrong-with-style tie for the correct completion when correctness
+is further from half its group than the style is: a rarer correctness makes that hold for styles near one half
+(brevity at the looser budgets). The candidates and the rule are the same. Written: gate.json (every figure, the rule's verdict, provenance) and
 GATE.md.
 """
 
@@ -77,10 +85,11 @@ def conditioned(classes_CxK: np.ndarray) -> np.ndarray:
     return np.stack([classes_CxK[:, 0], classes_CxK[:, 0] * classes_CxK[:, 1]], axis=1)
 
 
-def sample(cfg, runs: str, n_problems: int, n_samples: int, smoke: bool):
+def sample(cfg, runs: str, n_problems: int, n_samples: int, smoke: bool, target_accuracy: float | None = None):
     """(correct [P, N], {style name: satisfied [P, N]}, lengths [P, N], warm-start summary) of n_samples completions at
-    T = 1 per training problem, from the warm start of cfg.seed (trained, or read back from `runs`/warm_start)."""
-    sft = presets.countdown_sft(smoke)
+    T = 1 per training problem, from the warm start of cfg.seed (trained, or read back from `runs`/warm_start) to
+    `target_accuracy` (the preset's when None)."""
+    sft = presets.countdown_sft(smoke) | ({"target_accuracy": target_accuracy} if target_accuracy else {})
     n_valid = sft.pop("n_valid")
     params, summary = kept_warm_start(cfg, os.path.join(runs, "warm_start"), n_valid, sft)
     parts = assemble(override(cfg, [f"sampling.group_size={n_samples}"]))
@@ -169,11 +178,13 @@ def main(argv=None) -> dict:
     ap.add_argument("--out", default="experiments/results/reward_ties/gate", help="gate.json and GATE.md")
     ap.add_argument("--runs", default="runs/reward_ties_gate", help="the warm start, kept for a rerun")
     ap.add_argument("--smoke", action="store_true", help="a tiny warm start and sample: seconds")
+    ap.add_argument("--target-accuracy", type=float, default=None,
+                    help="the warm start's greedy validation target (default: the preset's 0.30)")
     args = ap.parse_args(argv)
     problems, samples, steps = (8, 32, 5) if args.smoke else (PROBLEMS, SAMPLES, STEPS)
     cfg = override(presets.countdown_study(args.smoke, steps=STEPS, eval_every=STEPS, n_eval=8, eval_samples=0),
                    [f"seed={GATE_SEED}"])
-    correct, styles, lengths, warm = sample(cfg, args.runs, problems, samples, args.smoke)
+    correct, styles, lengths, warm = sample(cfg, args.runs, problems, samples, args.smoke, args.target_accuracy)
     sim_seeds = SIM_SEEDS[:2] if args.smoke else SIM_SEEDS
     measured = []
     for name, style in styles.items():
@@ -186,6 +197,7 @@ def main(argv=None) -> dict:
               "sim_seeds": list(sim_seeds), "calibration_gain": CALIBRATION_GAIN, "sesoi": SESOI,
               "warm_start": f"{warm['sft_steps']} supervised steps, validation accuracy "
                             f"{warm['sft_valid_accuracy']:.3f}",
+              "target_accuracy": args.target_accuracy or presets.countdown_sft(args.smoke)["target_accuracy"],
               "length_mean": float(lengths.mean()), "styles": measured, "chosen_style": chosen,
               "spec": dict(zip(("name", "kwargs"), STYLES[chosen])) if chosen else None, "history": HISTORY,
               "provenance": result_provenance()}

@@ -142,13 +142,16 @@ def test_default_rules_cover_the_trainer_metrics_and_survive_config_json():
                        ("collapse/drowned_dims", "above"), ("length/mean_frac", "above"), ("length/mean", "below"),
                        ("length/truncated_frac", "above"), ("repetition/rate", "above"), ("kl", "above"),
                        ("clip_frac_high", "above"), ("clip_frac_low", "above"), ("loss", "nonfinite"),
-                       ("skipped", "nonfinite"), ("skipped", "above"), ("stalled_update", "above")}
+                       ("skipped", "nonfinite"), ("skipped", "above"), ("stalled_update", "above"),
+                       ("rewards/error_frac", "above")}
     assert from_dict(MonitorConfig, json.loads(json.dumps(to_dict(cfg)))) == cfg
     pausing = {r.name for r in cfg.rules if r.action == "pause"}
-    assert pausing >= {"entropy_collapse", "group_variance_collapse", "stalled_update", "skipped_updates"}
+    assert pausing >= {"entropy_collapse", "group_variance_collapse", "stalled_update", "skipped_updates",
+                       "reward_errors"}
     warned = MonitorConfig(collapse_action="warn")
-    # only the non-finite loss rule and the skipped updates still pause: the run cannot train at all then
-    assert {r.name for r in warned.rules if r.action == "pause"} == {"", "skipped_updates"}
+    # only the non-finite loss rule and the skipped updates still pause (the run cannot train at all then), and a
+    # reward that fails (a bug to fix, not a collapse to watch)
+    assert {r.name for r in warned.rules if r.action == "pause"} == {"", "skipped_updates", "reward_errors"}
     assert from_dict(MonitorConfig, json.loads(json.dumps(to_dict(warned)))) == warned
 
 

@@ -66,7 +66,8 @@ def test_save_hf_round_trip_every_leaf_and_transformers_logits(arch, tie, tmp_pa
     models.save_hf(cfg, params, path)
 
     cfg2, params2 = models.load_hf(path)
-    assert cfg2 == cfg
+    # a config without a positions count is written with transformers' usual 32768, and reads back with it
+    assert cfg2 == cfg.replace(max_positions=cfg.max_positions or models.hf.HF_DEFAULT_POSITIONS)
     leaves2 = _leaves(params2)
     assert sorted(leaves2) == sorted(leaves)
     for name, x in leaves.items():
