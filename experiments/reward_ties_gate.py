@@ -172,7 +172,7 @@ def gate_markdown(result: dict) -> str:
                       f"{result['steps']} "
                       f"steps, lr calibrated to a {CALIBRATION_GAIN:.3f} gain of GRPO on correctness alone, mean of "
                       f"{len(result['sim_seeds'])} simulation seeds (half and twice that lr in gate.json).", "",
-                      *rows, "", verdict, "", HISTORY, ""])
+                      *rows, "", verdict, "", result["history"], ""])
 
 
 @for_people
@@ -202,7 +202,8 @@ def main(argv=None) -> dict:
                             f"{warm['sft_valid_accuracy']:.3f}",
               "target_accuracy": args.target_accuracy or presets.countdown_sft(args.smoke)["target_accuracy"],
               "length_mean": float(lengths.mean()), "styles": measured, "chosen_style": chosen,
-              "spec": dict(zip(("name", "kwargs"), STYLES[chosen])) if chosen else None, "history": HISTORY_WEAK if args.target_accuracy else HISTORY,
+              "spec": dict(zip(("name", "kwargs"), STYLES[chosen])) if chosen else None,
+              "history": HISTORY_WEAK if args.target_accuracy else HISTORY,
               "provenance": result_provenance()}
     os.makedirs(args.out, exist_ok=True)
     atomic_write_text(os.path.join(args.out, "gate.json"), json.dumps(result, indent=1, sort_keys=True))
