@@ -25,6 +25,7 @@ import json
 import math
 import os
 import sys
+import warnings
 from collections import deque
 from collections.abc import Iterable, Mapping
 
@@ -315,3 +316,18 @@ def exit_paused(out_dir: str, step: int) -> None:
     print(f"paused by an alarm at step {step}: {out_dir}/alarms/step-{step}.md names it and the command that "
           "rolls back with a control on (or continue unchanged with --resume)", file=sys.stderr)
     sys.exit(PAUSE_EXIT_CODE)
+
+
+def log_alarms(logger, mon: Monitor, out_dir: str, step: int, alarms, *, kept) -> None:
+    """Log and warn each alarm; when they pause the run, write the alarm report (where the trouble began, the
+    checkpoint from before it, the rollback command) and log the pause. `kept()` lists the checkpoints."""
+    for a in alarms:
+        logger.event(step, "alarm", **{k: v for k, v in a.to_dict().items() if k != "step"})
+        warnings.warn(a.message, stacklevel=4)
+    if should_pause(alarms):
+        steps = kept()
+        trouble = mon.trouble(alarms, steps)
+        command = rollback_command(out_dir, alarms, steps, began=trouble["began"])
+        write_alarm_report(os.path.join(out_dir, "alarms", f"step-{step}"), alarms, step, command=command,
+                           trouble=trouble)
+        logger.event(step, "pause", alarms=[a.rule.key for a in alarms], rollback_command=command, trouble=trouble)

@@ -250,7 +250,7 @@ class Trainer:
             paused = monitor.should_pause(alarms)
             if periodic_checkpoint(cfg, step) or step == cfg.steps or paused:
                 self.save(metrics)
-            log_alarms(self.logger, self.monitor, self.out_dir, step, alarms, kept=self.ckpt.steps)
+            monitor.log_alarms(self.logger, self.monitor, self.out_dir, step, alarms, kept=self.ckpt.steps)
             now = time.perf_counter()  # the whole iteration (step, logs, evaluation, checkpoint)
             self.iteration_seconds.append(now - iteration_start)
             iteration_start = now
@@ -291,21 +291,6 @@ def step_metrics(cfg: TrainConfig, actor: experience.Actor, metrics: dict, host:
         metrics["rollout/lag"] = pending.lag * host.get("dynamic/first_round_frac", 1.0)
     metrics.update(monitor.health_metrics(metrics, vocab_size=actor.model_cfg.vocab_size))
     return metrics
-
-
-def log_alarms(logger, mon: monitor.Monitor, out_dir: str, step: int, alarms, *, kept) -> None:
-    """Log and warn each alarm; when they pause the run, write the alarm report (where the trouble began, the
-    checkpoint from before it, the rollback command) and log the pause. `kept()` lists the checkpoints."""
-    for a in alarms:
-        logger.event(step, "alarm", **_without_step(a.to_dict()))
-        warnings.warn(a.message, stacklevel=4)
-    if monitor.should_pause(alarms):
-        steps = kept()
-        trouble = mon.trouble(alarms, steps)
-        command = monitor.rollback_command(out_dir, alarms, steps, began=trouble["began"])
-        monitor.write_alarm_report(os.path.join(out_dir, "alarms", f"step-{step}"), alarms, step,
-                                   command=command, trouble=trouble)
-        logger.event(step, "pause", alarms=[a.rule.key for a in alarms], rollback_command=command, trouble=trouble)
 
 
 def _warn(logger, step: int, kind: str, message: str | None) -> None:

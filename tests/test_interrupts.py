@@ -29,7 +29,7 @@ class SignalInTest(Exception):
 @pytest.fixture
 def sigint_raises():
     """While the test runs, SIGINT raises SignalInTest: the handler the trainer must replace during `run` and put
-    back afterwards (and what makes a test of the old trainer fail instead of stopping the session)."""
+    back afterwards (and what makes a trainer that leaves SIGINT alone fail this test instead of ending pytest)."""
     def handler(signum, frame):
         raise SignalInTest(signum)
 
