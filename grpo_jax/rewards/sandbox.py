@@ -15,6 +15,9 @@ their own directories) started through the trusted harness in `sandbox_runner/`,
     user namespace). No network interfaces but a down loopback; the sandbox is PID 1 of its own
     namespace, so `os.getppid()` is 0, and when it dies the kernel kills every process it forked,
     including ones that escaped the process group with setsid;
+  * `ipc_namespace`: `unshare --ipc`: SysV shared memory, semaphores and message queues and POSIX
+    message queues made by the code live in the run's own IPC namespace and die with it, so nothing
+    of one run is found by the next (seccomp also refuses those calls, for machines without it);
   * `drop_uid` (when started as root): the code runs as a fresh unprivileged uid, so it cannot
     signal, ptrace or read the environment of the caller, write outside world-writable directories,
     and RLIMIT_NPROC (which root ignores) bounds fork bombs;
@@ -25,7 +28,9 @@ their own directories) started through the trusted harness in `sandbox_runner/`,
     the calls that change a file's mode, owner, times, extended attributes or inode flags (chmod,
     chown, utime families, *xattr, FS_IOC_SETFLAGS) and those that reach another process's memory
     (ptrace, process_vm_readv/writev) fail with EPERM. Landlock has no right for the former, so
-    without the uid drop they would reach the caller's own files.
+    without the uid drop they would reach the caller's own files. So do the calls that make or reach
+    kernel objects found again by a key or a name (SysV IPC, POSIX message queues, keyrings), which
+    would outlive the run.
 
 Test mode runs two sandboxed processes joined by two pipes: the solution's, which runs the program and
 then answers calls to its functions with plain data (None, bool, numbers, str, bytes, Fraction,
@@ -68,7 +73,7 @@ from grpo_jax.rewards.sandbox_runner.bundle import bundle
 from grpo_jax.rewards.sandbox_runner.job import CPU_LIMIT_EXIT, PEER_GONE, SETUP_FAILED, SETUP_FAILED_LINE, dump_job
 
 _RUNNER_SOURCE = bundle()  # the runner's modules as one `python -c` source (it cannot import the package)
-_LAYERS = ("net_namespace", "pid_namespace", "drop_uid", "landlock", "seccomp")
+_LAYERS = ("net_namespace", "pid_namespace", "ipc_namespace", "drop_uid", "landlock", "seccomp")
 _SYSTEM_READ_PATHS = ("/usr", "/lib", "/lib32", "/lib64", "/bin", "/etc/ld.so.cache")
 # Deterministic output; numpy's BLAS in one thread (RLIMIT_NPROC and RLIMIT_CPU count every thread).
 _ENV = {"PYTHONHASHSEED": "0", "PYTHONUTF8": "1", "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
@@ -104,6 +109,7 @@ class Isolation:
 
     net_namespace: bool | None = None
     pid_namespace: bool | None = None
+    ipc_namespace: bool | None = None
     drop_uid: bool | None = None
     landlock: bool | None = None
     seccomp: bool | None = None
@@ -140,9 +146,10 @@ def _landlock_abi() -> int:
         return 0
 
 
-def _unshare_prefix(net: bool, pid: bool, user: bool, binary: str = "unshare") -> list[str]:
+def _unshare_prefix(net: bool, pid: bool, ipc: bool, user: bool, binary: str = "unshare") -> list[str]:
     args = [binary] + (["--user", "--map-root-user"] if user else [])
     args += ["--net"] if net else []
+    args += ["--ipc"] if ipc else []
     args += ["--pid", "--fork", "--kill-child"] if pid else []
     return args + ["--"]
 
@@ -154,19 +161,20 @@ def _try(cmd: list[str]) -> bool:
         return False
 
 
-def _probe_namespaces(binary: str | None) -> tuple[bool, bool, bool]:
-    """(net, pid, needs_user_namespace) that `unshare` can give us here."""
+def _probe_namespaces(binary: str | None) -> tuple[bool, bool, bool, bool]:
+    """(net, pid, ipc, needs_user_namespace) that `unshare` can give us here."""
     if binary is None:
-        return False, False, False
+        return False, False, False, False
     true = [shutil.which("true") or "/bin/true"]
     for user in (False, True):
-        if _try(_unshare_prefix(True, True, user, binary) + true):
-            return True, True, user
-        net = _try(_unshare_prefix(True, False, user, binary) + true)
-        pid = _try(_unshare_prefix(False, True, user, binary) + true)
-        if net or pid:
-            return net, pid, user
-    return False, False, False
+        if _try(_unshare_prefix(True, True, True, user, binary) + true):
+            return True, True, True, user
+        net = _try(_unshare_prefix(True, False, False, user, binary) + true)
+        pid = _try(_unshare_prefix(False, True, False, user, binary) + true)
+        ipc = _try(_unshare_prefix(False, False, True, user, binary) + true)
+        if net or pid or ipc:
+            return net, pid, ipc, user
+    return False, False, False, False
 
 
 _CAPS_LOCK = threading.Lock()
@@ -175,11 +183,12 @@ _CAPS_LOCK = threading.Lock()
 @functools.lru_cache(maxsize=1)
 def _capabilities_cached() -> dict[str, object]:
     unshare = shutil.which("unshare")
-    net, pid, user = _probe_namespaces(unshare)
+    net, pid, ipc, user = _probe_namespaces(unshare)
     caps: dict[str, object] = {
         "unshare": unshare or "",
         "net_namespace": net,
         "pid_namespace": pid,
+        "ipc_namespace": ipc,
         "user_namespace": user,
         "drop_uid": hasattr(os, "geteuid") and os.geteuid() == 0 and not user,
         "landlock": _landlock_abi() > 0,
@@ -417,9 +426,9 @@ def _spawn(
     The job and stdin go through unlinked temporary files: no path to find them by, no pipe to block
     on, and the harness closes the job fd before any user code. The stdin file belongs to the run's
     uid, so the code can also reopen it by path (/dev/stdin, /proc/self/fd/0)."""
-    ns = layers["net_namespace"] or layers["pid_namespace"]
+    net, pid, ipc = layers["net_namespace"], layers["pid_namespace"], layers["ipc_namespace"]
     user = bool(caps["user_namespace"])
-    prefix = _unshare_prefix(layers["net_namespace"], layers["pid_namespace"], user, str(caps["unshare"])) if ns else []
+    prefix = _unshare_prefix(net, pid, ipc, user, str(caps["unshare"])) if net or pid or ipc else []
     with tempfile.TemporaryFile() as job_file, tempfile.TemporaryFile() as stdin_file:
         job_file.write(job)
         job_file.seek(0)

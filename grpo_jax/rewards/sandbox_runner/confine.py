@@ -23,20 +23,40 @@ _PR_SET_NO_NEW_PRIVS, _PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, _PR_SET_DUMPABLE = 
 # Sockets and io_uring (which could open sockets) fail with EACCES. With EPERM: the calls that change a
 # file's mode, owner, times, extended attributes or inode flags (Landlock has no right for them, so a
 # run that keeps the caller's uid could otherwise change the caller's files), and the calls that read
-# or write another process's memory. Numbers from 424 on are shared by all architectures.
+# or write another process's memory, and the kernel objects that outlive a process and are found again by
+# a key or a name, not a path (SysV shared memory, semaphores and message queues, POSIX message queues,
+# keyrings): a run could otherwise leave state for the next run to read, where the IPC namespace is
+# missing, and SysV segments are memory outside the run's limits. Numbers from 424 on are shared by all
+# architectures.
 _SECCOMP_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
 _NEW_SYSCALLS = {"io_uring_setup": 425, "fchmodat2": 452, "setxattrat": 463, "removexattrat": 466, "file_setattr": 469}
+_PERSISTENT_OBJECT_SYSCALLS = {
+    "x86_64": {
+        "shmget": 29, "shmat": 30, "shmctl": 31, "semget": 64, "semop": 65, "semctl": 66, "shmdt": 67,
+        "msgget": 68, "msgsnd": 69, "msgrcv": 70, "msgctl": 71, "semtimedop": 220, "mq_open": 240,
+        "mq_unlink": 241, "mq_timedsend": 242, "mq_timedreceive": 243, "mq_notify": 244, "mq_getsetattr": 245,
+        "add_key": 248, "request_key": 249, "keyctl": 250,
+    },
+    "aarch64": {
+        "mq_open": 180, "mq_unlink": 181, "mq_timedsend": 182, "mq_timedreceive": 183, "mq_notify": 184,
+        "mq_getsetattr": 185, "msgget": 186, "msgctl": 187, "msgrcv": 188, "msgsnd": 189, "semget": 190,
+        "semctl": 191, "semtimedop": 192, "semop": 193, "shmget": 194, "shmctl": 195, "shmat": 196, "shmdt": 197,
+        "add_key": 217, "request_key": 218, "keyctl": 219,
+    },
+}  # fmt: skip
 _DENIED_SYSCALLS = {
     "x86_64": {
         "socket": 41, "chmod": 90, "fchmod": 91, "fchmodat": 268, "chown": 92, "fchown": 93, "lchown": 94,
         "fchownat": 260, "utime": 132, "utimes": 235, "utimensat": 280, "futimesat": 261, "setxattr": 188,
         "lsetxattr": 189, "fsetxattr": 190, "removexattr": 197, "lremovexattr": 198, "fremovexattr": 199,
         "ptrace": 101, "process_vm_readv": 310, "process_vm_writev": 311, **_NEW_SYSCALLS,
+        **_PERSISTENT_OBJECT_SYSCALLS["x86_64"],
     },
     "aarch64": {  # the generic table: no chmod/chown/lchown/utime/utimes/futimesat (only the *at forms)
         "socket": 198, "fchmod": 52, "fchmodat": 53, "fchownat": 54, "fchown": 55, "utimensat": 88,
         "setxattr": 5, "lsetxattr": 6, "fsetxattr": 7, "removexattr": 14, "lremovexattr": 15,
         "fremovexattr": 16, "ptrace": 117, "process_vm_readv": 270, "process_vm_writev": 271, **_NEW_SYSCALLS,
+        **_PERSISTENT_OBJECT_SYSCALLS["aarch64"],
     },
 }  # fmt: skip
 _EACCES_SYSCALLS = frozenset({"socket", "io_uring_setup"})
