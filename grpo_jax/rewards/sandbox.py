@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import glob
 import importlib.util
 import os
 import platform
@@ -59,6 +60,7 @@ import secrets
 import selectors
 import shutil
 import signal
+import site
 import subprocess
 import sys
 import tempfile
@@ -236,6 +238,18 @@ def _failed_layer(stderr: str) -> str | None:
 
 
 @functools.lru_cache(maxsize=1)
+def _hidden_paths() -> tuple[str, ...]:
+    """The installed-package directories (site-packages, dist-packages) that lie inside the read paths
+    (the stdlib directory, /usr): Landlock's rule admits the read paths minus these, so the program
+    cannot import or read packages other than the allowed ones."""
+    found = list(site.getsitepackages()) + [site.getusersitepackages()]
+    found += [p for p in sys.path if os.path.basename(p.rstrip("/")) in ("site-packages", "dist-packages")]
+    for pattern in ("/usr/lib*/python3*/*-packages", "/usr/local/lib*/python3*/*-packages"):
+        found += glob.glob(pattern)
+    return tuple(sorted({os.path.realpath(p) for p in found if os.path.isdir(p)}))
+
+
+@functools.lru_cache(maxsize=1)
 def _packages() -> tuple[dict[str, str], tuple[str, ...]]:
     """({name: directory}, read paths) of the allowed third-party packages installed here. The sandbox
     runs without site-packages; the harness finds each of these at its directory, and Landlock lets
@@ -408,6 +422,7 @@ def _job(role: str, payload: dict, limits: Limits, layers: dict, caps: dict, uid
             "machine": caps.get("machine", ""),
             "read_paths": [p for p in _SYSTEM_READ_PATHS + _packages()[1] if os.path.exists(p)],
             "packages": _packages()[0],
+            "hidden_paths": list(_hidden_paths()),
             "limits": {
                 "cpu_s": limits.cpu_s,
                 "memory_bytes": int(limits.memory_mb) << 20,

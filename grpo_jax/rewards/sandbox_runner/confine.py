@@ -140,7 +140,7 @@ def _landlock(abi, workdir, read_paths):
         except OSError:
             continue  # a missing system directory needs no rule
         try:
-            add_rule(fd, rights if os.path.isdir(path) else rights & file_rights, path)
+            add_rule(fd, rights if stat.S_ISDIR(os.fstat(fd).st_mode) else rights & file_rights, path)
         finally:
             os.close(fd)
     if stat.S_ISREG(os.fstat(0).st_mode):  # stdin by path (/dev/stdin, /proc/self/fd/0) reopens this file
@@ -148,6 +148,36 @@ def _landlock(abi, workdir, read_paths):
     if libc.syscall(L(_SYS_LANDLOCK_RESTRICT), L(ruleset), L(0)) != 0:
         raise _SetupError("landlock", "restrict_self: " + os.strerror(ctypes.get_errno()))
     os.close(ruleset)
+
+
+def _visible(paths, hidden):
+    """The read paths with the hidden directories (site-packages) cut out of them. A Landlock rule only
+    adds rights, so a path with a hidden directory somewhere below it is replaced by its entries, each
+    treated the same way; paths are resolved first (`/lib` may be `/usr/lib`), duplicates dropped."""
+    hidden = {os.path.realpath(h) for h in hidden if os.path.isdir(h)}
+    visible = []
+    for path in paths:
+        visible += _entries_except(os.path.realpath(path), hidden)
+    return list(dict.fromkeys(visible))
+
+
+def _entries_except(path, hidden):
+    """[path] when no hidden directory lies below it, else its entries without the hidden ones. Symbolic
+    links among the entries get no rule: what they point to is readable where its own path is."""
+    if path in hidden:
+        return []
+    prefix = path.rstrip("/") + "/"
+    if not any(h.startswith(prefix) for h in hidden):
+        return [path]
+    entries = []
+    try:
+        with os.scandir(path) as scan:
+            for entry in scan:
+                if not entry.is_symlink():
+                    entries += _entries_except(prefix + entry.name, hidden)
+    except OSError:
+        return []
+    return entries
 
 
 def _seccomp_program(machine):
@@ -270,7 +300,8 @@ class _PinnedPackages:
 def _setup(job):
     layers = job["layers"]
     _set_limits(job["limits"])
-    read_paths = [os.path.realpath(p) for p in sys.path if os.path.isdir(p)] + list(job["read_paths"])
+    stdlib = [os.path.realpath(p) for p in sys.path if os.path.isdir(p)]
+    read_paths = stdlib + list(job["read_paths"])
     packages = _open_packages(job["packages"])
     if packages:
         sys.meta_path.append(_PinnedPackages(packages))
@@ -279,7 +310,11 @@ def _setup(job):
     if layers.get("landlock") or layers.get("seccomp"):
         _no_new_privs()
     if layers.get("landlock"):
-        _landlock(job["landlock_abi"], os.getcwd(), read_paths)
+        # The stdlib directory holds site-packages: the program may import only the allowed packages
+        # (their own directories are read paths), not whatever else is installed, nor read its data.
+        stdlib_sites = [d + "/" + name for d in stdlib for name in ("site-packages", "dist-packages")]
+        visible = _visible(read_paths, list(job["hidden_paths"]) + stdlib_sites)
+        _landlock(job["landlock_abi"], os.getcwd(), visible)
     if layers.get("drop_uid"):
         _drop_uid(job["uid"])
     if layers.get("seccomp"):
