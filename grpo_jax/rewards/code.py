@@ -21,8 +21,10 @@ gives the fraction of cases passed. Every case is a fresh sandboxed process (see
 
 from __future__ import annotations
 
+import ast
+import builtins
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from grpo_jax.rewards.base import MissingFieldError, RewardInputError, RewardResult, require, reward
@@ -35,20 +37,122 @@ CODE_VERSION = "4"  # 4: a think_prefilled row is read as "<think>" + completion
 # 2: the tests run in their own process against plain-data results (nothing the program patches
 # in its own process, builtins, exec or the harness, can make a test pass; see the module docstring)
 
-_FENCE_RE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
+_OPEN_FENCE_RE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n")
+_FENCE = "```"
 _PYTHON_LANGS = {"python", "py", "python3", "py3"}
+_MAX_FENCE_TRIES = 32  # closing-fence candidates tried per block (each one a parse)
 MAX_PROGRAM_CHARS = 100_000
 
 
-def extract_program(answer: str) -> str:
-    """The program in an answer: the last ```python block, else the last unlabelled ``` block, else the
-    whole answer (a model that answers with bare code)."""
-    blocks = [(lang.lower(), body) for lang, body in _FENCE_RE.findall(answer)]
-    for wanted in (_PYTHON_LANGS, {""}):
-        bodies = [body for lang, body in blocks if lang in wanted]
+def extract_program(answer: str, names: Sequence[str] = ()) -> str:
+    """The program in an answer, chosen as a grader reading it would: among the ```python and unlabelled
+    blocks, the last one that defines the most of `names` (the entry point, or the functions the tests
+    call), so that a usage example after the solution does not replace it; without such a block, the
+    last ```python block, else the last unlabelled one, else the whole answer (bare code)."""
+    blocks = [(lang, body.strip("\n")) for lang, body in fenced_blocks(answer) if lang in _PYTHON_LANGS | {""}]
+    if names:
+        wanted = set(names)
+        counts = [len(wanted & _defined_names(body)) for _, body in blocks]
+        if counts and max(counts) > 0:
+            return blocks[max(range(len(blocks)), key=lambda i: (counts[i], i))][1]
+    for langs in (_PYTHON_LANGS, {""}):
+        bodies = [body for lang, body in blocks if lang in langs]
         if bodies:
-            return bodies[-1].strip("\n")
+            return bodies[-1]
     return answer.strip()
+
+
+def fenced_blocks(text: str) -> list[tuple[str, str]]:
+    """The ``` blocks of a markdown text as (language in lower case, body). A block ends at its closing
+    fence, which for Python code is the first candidate after which the body parses, so a "```" inside
+    a string literal does not cut it; an unclosed block runs to the end of the text."""
+    blocks, pos = [], 0
+    while (opened := _OPEN_FENCE_RE.search(text, pos)) is not None:
+        lang = opened.group(1).lower()
+        end = _block_end(text, opened.end(), python=lang in _PYTHON_LANGS | {""})
+        blocks.append((lang, text[opened.end() : end]))
+        pos = end + len(_FENCE)
+    return blocks
+
+
+def _block_end(text: str, start: int, python: bool) -> int:
+    """Where the block whose body starts at `start` ends. Candidates, in order: fences alone on their line
+    (as markdown closes a block), fences inside a line (`return x```), the end of the text. Python code
+    ends at the first candidate after which it parses (a fence line is never Python, so a parse that
+    spans one is impossible); code that parses nowhere ends at the first candidate, as markdown has it."""
+    found = [m.start() for m, _ in zip(re.finditer(_FENCE, text[start:]), range(_MAX_FENCE_TRIES))]
+    found = [start + i for i in found]
+    on_own_line = [i for i in found if _alone_on_line(text, i)]
+    candidates = on_own_line + [i for i in found if i not in on_own_line] + [len(text)]
+    if python:
+        for end in candidates:
+            if _parses(text[start:end]):
+                return end
+    return candidates[0]
+
+
+def _alone_on_line(text: str, i: int) -> bool:
+    """Whether the fence at `i` is a line of its own (only whitespace around it)."""
+    line_start = text.rfind("\n", 0, i) + 1
+    line_end = text.find("\n", i)
+    line_end = len(text) if line_end < 0 else line_end
+    return not text[line_start:i].strip() and not text[i + len(_FENCE) : line_end].strip()
+
+
+def _parse(code: str) -> ast.Module | None:
+    """The module's syntax tree, or None for code that is not Python (model output never raises here)."""
+    try:
+        return ast.parse(code)
+    except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError):
+        return None
+
+
+def _parses(code: str) -> bool:
+    return _parse(code) is not None
+
+
+def _defined_names(code: str) -> set[str]:
+    """Names the code binds at module level by `def`, `class` or assignment (also inside top-level
+    if/try/with/for blocks, not inside functions or classes; imports do not count: a usage example
+    that imports the solution's function does not define it)."""
+    tree = _parse(code)
+    names: set[str] = set()
+    stack = list(tree.body) if tree is not None else []
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+            continue
+        targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+        for target in targets:
+            if isinstance(target, ast.Name) and isinstance(node, (ast.Assign, ast.AnnAssign)):
+                names.add(target.id)
+        for field in ("body", "orelse", "finalbody", "handlers"):
+            stack += [n for n in getattr(node, field, []) if isinstance(n, ast.AST)]
+    return names
+
+
+def called_names(tests: Sequence[str]) -> tuple[str, ...]:
+    """The functions the tests call that they neither define nor take from builtins: the program's
+    functions under test (MBPP lists and assert lines have no entry point)."""
+    called: set[str] = set()
+    defined: set[str] = set()
+    for test in tests:
+        tree = _parse(test)
+        if tree is None:
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+                called.add(node.func.id)
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                defined.add(node.name)
+            elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                defined.add(node.id)
+            elif isinstance(node, ast.arg):
+                defined.add(node.arg)
+            elif isinstance(node, ast.alias):
+                defined.add((node.asname or node.name).split(".")[0])
+    return tuple(sorted(called - defined - set(dir(builtins))))
 
 
 def _cases(sample: Mapping[str, Any]) -> tuple[str, list[Any], str | None]:
@@ -145,7 +249,8 @@ def code_reward(
     limits = _limits(wall_s=wall_s, cpu_s=cpu_s, memory_mb=memory_mb, max_processes=max_processes,
                      max_output_bytes=max_output_bytes)  # fmt: skip
     turn = assistant_turn(response, sample, think_tag=think_tag)  # with the prompt's opened <think>
-    program = extract_program(split_response(turn, think_tag=think_tag, answer_tag=answer_tag).answer)
+    names = (entry,) if entry is not None else called_names(cases) if kind == "tests" else ()
+    program = extract_program(split_response(turn, think_tag=think_tag, answer_tag=answer_tag).answer, names)
     if not program.strip():
         return RewardResult(0.0, {"reason": "no_program", "cases": len(cases)})
     if len(program) > MAX_PROGRAM_CHARS:
