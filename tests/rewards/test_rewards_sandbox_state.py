@@ -166,3 +166,39 @@ def test_posix_shared_memory_is_out_of_reach_under_landlock():
         for leftover in (f"/dev/shm/{name}", f"/dev/shm/{name}.txt"):
             if os.path.exists(leftover):
                 os.unlink(leftover)
+
+
+
+POOL = """\
+{imports}
+def square(x):
+    return x * x
+if __name__ == "__main__":
+    with {pool}(2) as pool:
+        print(*pool.map(square, map(int, input().split())))
+"""
+POOLS = {
+    "Pool": "from multiprocessing import Pool",
+    "ThreadPool": "from multiprocessing.pool import ThreadPool",  # its change notifier is a multiprocessing queue
+    "ProcessPoolExecutor": "from concurrent.futures import ProcessPoolExecutor",
+    "ThreadPoolExecutor": "from concurrent.futures import ThreadPoolExecutor",
+}
+
+
+@pytest.mark.parametrize("pool", sorted(POOLS))
+def test_multiprocessing_fails_closed_and_threads_work(pool):
+    """`multiprocessing`'s locks and queues are POSIX semaphores, which live in /dev/shm, shared by the
+    trainer and every run and so out of reach under Landlock (above): a right program that uses them fails
+    with an error status, never a pass. `concurrent.futures.ThreadPoolExecutor` needs none and passes."""
+    from grpo_jax.rewards import code_reward
+
+    if not capabilities()["landlock"]:
+        pytest.skip("landlock is not available on this machine")
+    sample = {"io": [{"input": "1 2 3\n", "output": "1 4 9\n"}]}
+    program = POOL.format(imports=POOLS[pool], pool=pool)
+    result = code_reward("<think>x</think>```python\n" + program + "```", sample)
+    if pool == "ThreadPoolExecutor":
+        assert result.score == 1.0, result.info
+    else:
+        assert result.score == 0.0 and result.info["reason"] == "error", result.info
+        assert "PermissionError" in result.info["results"][0]["stderr_tail"], result.info
