@@ -15,6 +15,11 @@ Two test formats, the two that the common datasets use:
   stdout is compared line by line (trailing whitespace and trailing blank lines ignored) in *this*
   process, so nothing the program prints can fake a pass.
 
+The program is the fenced block of the answer that defines the function under test (the entry point,
+or the functions the tests call), else the last ```python block, else the last unlabelled one, else the
+whole answer; a Python block ends at the first fence after which it parses, so "```" inside a string
+does not cut it (`extract_program`, docs/sandbox.md).
+
 Score: `mode="all"` gives 1 only if every case passes (stopping at the first failure); `mode="fraction"`
 gives the fraction of cases passed. Every case is a fresh sandboxed process (see `sandbox.py`).
 """

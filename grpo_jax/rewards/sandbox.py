@@ -21,8 +21,9 @@ their own directories) started through the trusted harness in `sandbox_runner/`,
   * `drop_uid` (when started as root): the code runs as a fresh unprivileged uid, so it cannot
     signal, ptrace or read the environment of the caller, write outside world-writable directories,
     and RLIMIT_NPROC (which root ignores) bounds fork bombs;
-  * `landlock`: writes only inside the temp dir, reads only the stdlib, system libraries, the allowed
-    packages and stdin (so not the dataset with the reference answers), no TCP bind/connect, and
+  * `landlock`: writes only inside the temp dir, reads only the stdlib and system libraries (both
+    without their site-packages/dist-packages), the allowed packages and stdin (so not the dataset
+    with the reference answers, nor another installed package), no TCP bind/connect, and
     (ABI >= 6) no signals to processes outside the sandbox;
   * `seccomp`: `socket()` and `io_uring_setup()` fail with EACCES (the fallback "block sockets" layer);
     the calls that change a file's mode, owner, times, extended attributes or inode flags (chmod,
