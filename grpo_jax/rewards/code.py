@@ -27,6 +27,7 @@ gives the fraction of cases passed. Every case is a fresh sandboxed process (see
 from __future__ import annotations
 
 import ast
+import bisect
 import builtins
 import re
 from collections.abc import Mapping, Sequence
@@ -45,9 +46,12 @@ CODE_VERSION = "5"  # 5: the block that defines the function under test is the p
 # in its own process, builtins, exec or the harness, can make a test pass; see the module docstring)
 
 _OPEN_FENCE_RE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n")
+_LINE_FENCE_RE = re.compile(r"^[ \t]*```[ \t]*$", re.MULTILINE)  # a fence alone on its line
 _FENCE = "```"
+_FENCE_RE = re.compile(_FENCE)
 _PYTHON_LANGS = {"python", "py", "python3", "py3"}
-_MAX_FENCE_TRIES = 32  # closing-fence candidates tried per block (each one a parse)
+_MAX_FENCE_TRIES = 32  # closing-fence candidates parsed per block
+_PARSE_BUDGET = 1_000_000  # characters parsed per answer to find closing fences (then markdown's rule)
 MAX_PROGRAM_CHARS = 100_000
 
 
@@ -73,37 +77,47 @@ def fenced_blocks(text: str) -> list[tuple[str, str]]:
     """The ``` blocks of a markdown text as (language in lower case, body). A block ends at its closing
     fence, which for Python code is the first candidate after which the body parses, so a "```" inside
     a string literal does not cut it; an unclosed block runs to the end of the text."""
+    fences = _Fences(text)
     blocks, pos = [], 0
     while (opened := _OPEN_FENCE_RE.search(text, pos)) is not None:
         lang = opened.group(1).lower()
-        end = _block_end(text, opened.end(), python=lang in _PYTHON_LANGS | {""})
+        end = fences.block_end(opened.end(), python=lang in _PYTHON_LANGS | {""})
         blocks.append((lang, text[opened.end() : end]))
         pos = end + len(_FENCE)
     return blocks
 
 
-def _block_end(text: str, start: int, python: bool) -> int:
-    """Where the block whose body starts at `start` ends. Candidates, in order: fences alone on their line
-    (as markdown closes a block), fences inside a line (`return x```), the end of the text. Python code
-    ends at the first candidate after which it parses (a fence line is never Python, so a parse that
-    spans one is impossible); code that parses nowhere ends at the first candidate, as markdown has it."""
-    found = [m.start() for m, _ in zip(re.finditer(_FENCE, text[start:]), range(_MAX_FENCE_TRIES))]
-    found = [start + i for i in found]
-    on_own_line = [i for i in found if _alone_on_line(text, i)]
-    candidates = on_own_line + [i for i in found if i not in on_own_line] + [len(text)]
-    if python:
-        for end in candidates:
-            if _parses(text[start:end]):
-                return end
-    return candidates[0]
+class _Fences:
+    """The closing-fence candidates of one text, found once (a text may open many blocks)."""
 
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.on_own_line = [m.start() + m.group().index(_FENCE) for m in _LINE_FENCE_RE.finditer(text)]
+        self.anywhere = [m.start() for m in _FENCE_RE.finditer(text)]
+        self.budget = _PARSE_BUDGET
 
-def _alone_on_line(text: str, i: int) -> bool:
-    """Whether the fence at `i` is a line of its own (only whitespace around it)."""
-    line_start = text.rfind("\n", 0, i) + 1
-    line_end = text.find("\n", i)
-    line_end = len(text) if line_end < 0 else line_end
-    return not text[line_start:i].strip() and not text[i + len(_FENCE) : line_end].strip()
+    def block_end(self, start: int, python: bool) -> int:
+        """Where the block whose body starts at `start` ends. Candidates, in order: fences alone on their
+        line (as markdown closes a block), fences inside a line (`return x```), the end of the text.
+        Python code ends at the first candidate after which it parses (a fence line is never Python, so
+        a parse that spans one is impossible); code that parses nowhere ends at the first candidate, as
+        markdown has it. At most _MAX_FENCE_TRIES parses a block, and _PARSE_BUDGET characters a text."""
+        own = self._after(self.on_own_line, start, _MAX_FENCE_TRIES)
+        inline = [i for i in self._after(self.anywhere, start, 2 * _MAX_FENCE_TRIES) if i not in set(own)]
+        candidates = own + inline + [len(self.text)]
+        if python:
+            for end in candidates[:_MAX_FENCE_TRIES]:
+                if end - start > self.budget:
+                    break
+                self.budget -= end - start
+                if _parses(self.text[start:end]):
+                    return end
+        return candidates[0]
+
+    @staticmethod
+    def _after(positions: list[int], start: int, count: int) -> list[int]:
+        first = bisect.bisect_left(positions, start)
+        return positions[first : first + count]
 
 
 def _parse(code: str) -> ast.Module | None:
