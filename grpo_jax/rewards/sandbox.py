@@ -76,7 +76,7 @@ from grpo_jax.rewards.sandbox_runner.bundle import bundle
 from grpo_jax.rewards.sandbox_runner.job import CPU_LIMIT_EXIT, PEER_GONE, SETUP_FAILED, SETUP_FAILED_LINE, dump_job
 
 _RUNNER_SOURCE = bundle()  # the runner's modules as one `python -c` source (it cannot import the package)
-_LAYERS = ("net_namespace", "pid_namespace", "ipc_namespace", "drop_uid", "landlock", "seccomp")
+_LAYERS = ("net_namespace", "pid_namespace", "ipc_namespace", "private_shm", "drop_uid", "landlock", "seccomp")
 _SYSTEM_READ_PATHS = ("/usr", "/lib", "/lib32", "/lib64", "/bin", "/etc/ld.so.cache")
 # Deterministic output; numpy's BLAS in one thread (RLIMIT_NPROC and RLIMIT_CPU count every thread).
 _ENV = {"PYTHONHASHSEED": "0", "PYTHONUTF8": "1", "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
@@ -113,6 +113,7 @@ class Isolation:
     net_namespace: bool | None = None
     pid_namespace: bool | None = None
     ipc_namespace: bool | None = None
+    private_shm: bool | None = None
     drop_uid: bool | None = None
     landlock: bool | None = None
     seccomp: bool | None = None
@@ -149,11 +150,20 @@ def _landlock_abi() -> int:
         return 0
 
 
-def _unshare_prefix(net: bool, pid: bool, ipc: bool, user: bool, binary: str = "unshare") -> list[str]:
+_UNSHARE_ARGS = {  # the namespace layers and how `unshare` makes each
+    "net_namespace": ["--net"],
+    "ipc_namespace": ["--ipc"],
+    "private_shm": ["--mount", "--propagation", "private"],  # the runner mounts its own /dev/shm there
+    "pid_namespace": ["--pid", "--fork", "--kill-child"],
+}
+
+
+def _unshare_prefix(namespaces: Iterable[str], user: bool, binary: str = "unshare") -> list[str]:
+    """The `unshare` command line that puts a run into the given namespace layers (in a user namespace
+    where that is what lets an unprivileged caller make them)."""
     args = [binary] + (["--user", "--map-root-user"] if user else [])
-    args += ["--net"] if net else []
-    args += ["--ipc"] if ipc else []
-    args += ["--pid", "--fork", "--kill-child"] if pid else []
+    for layer, layer_args in _UNSHARE_ARGS.items():
+        args += layer_args if layer in namespaces else []
     return args + ["--"]
 
 
@@ -164,20 +174,19 @@ def _try(cmd: list[str]) -> bool:
         return False
 
 
-def _probe_namespaces(binary: str | None) -> tuple[bool, bool, bool, bool]:
-    """(net, pid, ipc, needs_user_namespace) that `unshare` can give us here."""
+def _probe_namespaces(binary: str | None) -> tuple[dict[str, bool], bool]:
+    """({namespace layer: whether `unshare` can make it here}, whether that needs a user namespace)."""
+    none = {layer: False for layer in _UNSHARE_ARGS}
     if binary is None:
-        return False, False, False, False
+        return none, False
     true = [shutil.which("true") or "/bin/true"]
     for user in (False, True):
-        if _try(_unshare_prefix(True, True, True, user, binary) + true):
-            return True, True, True, user
-        net = _try(_unshare_prefix(True, False, False, user, binary) + true)
-        pid = _try(_unshare_prefix(False, True, False, user, binary) + true)
-        ipc = _try(_unshare_prefix(False, False, True, user, binary) + true)
-        if net or pid or ipc:
-            return net, pid, ipc, user
-    return False, False, False, False
+        if _try(_unshare_prefix(_UNSHARE_ARGS, user, binary) + true):
+            return {layer: True for layer in _UNSHARE_ARGS}, user
+        each = {layer: _try(_unshare_prefix([layer], user, binary) + true) for layer in _UNSHARE_ARGS}
+        if any(each.values()):
+            return each, user
+    return none, False
 
 
 _CAPS_LOCK = threading.Lock()
@@ -186,12 +195,10 @@ _CAPS_LOCK = threading.Lock()
 @functools.lru_cache(maxsize=1)
 def _capabilities_cached() -> dict[str, object]:
     unshare = shutil.which("unshare")
-    net, pid, ipc, user = _probe_namespaces(unshare)
+    namespaces, user = _probe_namespaces(unshare)
     caps: dict[str, object] = {
         "unshare": unshare or "",
-        "net_namespace": net,
-        "pid_namespace": pid,
-        "ipc_namespace": ipc,
+        **namespaces,
         "user_namespace": user,
         "drop_uid": hasattr(os, "geteuid") and os.geteuid() == 0 and not user,
         "landlock": _landlock_abi() > 0,
@@ -442,9 +449,8 @@ def _spawn(
     The job and stdin go through unlinked temporary files: no path to find them by, no pipe to block
     on, and the harness closes the job fd before any user code. The stdin file belongs to the run's
     uid, so the code can also reopen it by path (/dev/stdin, /proc/self/fd/0)."""
-    net, pid, ipc = layers["net_namespace"], layers["pid_namespace"], layers["ipc_namespace"]
-    user = bool(caps["user_namespace"])
-    prefix = _unshare_prefix(net, pid, ipc, user, str(caps["unshare"])) if net or pid or ipc else []
+    namespaces = [layer for layer in _UNSHARE_ARGS if layers[layer]]
+    prefix = _unshare_prefix(namespaces, bool(caps["user_namespace"]), str(caps["unshare"])) if namespaces else []
     with tempfile.TemporaryFile() as job_file, tempfile.TemporaryFile() as stdin_file:
         job_file.write(job)
         job_file.seek(0)

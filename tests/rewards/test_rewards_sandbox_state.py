@@ -10,15 +10,16 @@ those of another checkout running them at the same time.
 
 from __future__ import annotations
 
+import ast
 import ctypes
 import os
 import secrets
 
 import pytest
 
-from grpo_jax.rewards.sandbox import Isolation, capabilities, run_program
+from grpo_jax.rewards.sandbox import Isolation, Limits, capabilities, run_program
 
-LAYERS = ("net_namespace", "pid_namespace", "ipc_namespace", "drop_uid", "landlock", "seccomp")
+LAYERS = ("net_namespace", "pid_namespace", "ipc_namespace", "private_shm", "drop_uid", "landlock", "seccomp")
 SEGMENT_BYTES = 16 << 20  # resident once touched: the run's memory that would outlive it
 IPC_CREAT, O_CREAT, O_RDWR = 0o1000, 0o100, 0o2
 
@@ -131,11 +132,10 @@ def test_control_without_the_layers_an_ipc_object_outlives_its_run(kind):
 
 
 POSIX_SHM = """\
-import os
-from multiprocessing import shared_memory
+import _posixshmem, os  # what multiprocessing.shared_memory calls
 try:
-    segment = shared_memory.SharedMemory(name={name!r}, create=True, size=1 << 20)
-    segment.buf[:3] = b'abc'
+    fd = _posixshmem.shm_open('/' + {name!r}, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+    os.ftruncate(fd, 1 << 20)
     print('created')
 except OSError as e:
     print(type(e).__name__)
@@ -151,22 +151,52 @@ except OSError as e:
 """
 
 
-def test_posix_shared_memory_is_out_of_reach_under_landlock():
-    """/dev/shm is neither the run's temp dir nor a read path: Landlock refuses creating a segment there
-    (`multiprocessing.shared_memory`, or by path), and the trainer's /dev/shm keeps nothing of the run."""
-    if not capabilities()["landlock"]:
-        pytest.skip("landlock is not available on this machine")
+def _posix_shm_runs(isolation: Isolation) -> tuple[list[str], list[str]]:
+    """(what a run that creates a segment and a file in /dev/shm said, what the next run said), checking
+    that the trainer's /dev/shm holds neither afterwards."""
     name = f"grpo_{secrets.token_hex(8)}"
+    leftovers = (f"/dev/shm/{name}", f"/dev/shm/{name}.txt")
     try:
-        r = run_program(POSIX_SHM.format(name=name))
-        assert r.status == "ok", r.stderr
-        assert r.stdout.splitlines() == ["PermissionError"] * 3  # create, write by path, list
-        assert not os.path.exists(f"/dev/shm/{name}") and not os.path.exists(f"/dev/shm/{name}.txt")
+        runs = [run_program(POSIX_SHM.format(name=name), isolation=isolation) for _ in range(2)]
+        assert [r.status for r in runs] == ["ok", "ok"], runs[0].stderr + runs[1].stderr
+        assert not any(os.path.exists(p) for p in leftovers)
+        return runs[0].stdout.splitlines(), runs[1].stdout.splitlines()
     finally:
-        for leftover in (f"/dev/shm/{name}", f"/dev/shm/{name}.txt"):
+        for leftover in leftovers:
             if os.path.exists(leftover):
                 os.unlink(leftover)
 
+
+def test_posix_shared_memory_lives_in_the_runs_own_dev_shm():
+    """With `private_shm`, /dev/shm is a fresh tmpfs of the run's own mount namespace: the run may create
+    segments there (so `multiprocessing` works), the trainer's /dev/shm gets nothing, and the next run
+    starts from an empty one."""
+    if not capabilities()["private_shm"]:
+        pytest.skip("private_shm is not available on this machine")
+    first, second = _posix_shm_runs(Isolation())
+    assert first[:2] == ["created", "written"] and second[:2] == ["created", "written"], (first, second)
+    assert first[2] == second[2] and len(ast.literal_eval(first[2])) == 2, (first, second)  # its own two files
+
+
+def test_without_a_private_dev_shm_landlock_keeps_it_out_of_reach():
+    """/dev/shm shared with the trainer is neither the run's temp dir nor a read path: Landlock refuses
+    creating a segment there (`shm_open`, or by path) and listing it."""
+    if not capabilities()["landlock"]:
+        pytest.skip("landlock is not available on this machine")
+    first, second = _posix_shm_runs(Isolation(private_shm=False))
+    assert first == second == ["PermissionError"] * 3  # create, write by path, list
+
+
+def test_the_private_dev_shm_is_capped():
+    """Its size is the run's file-size limit: many files below the per-file limit still run out of room."""
+    if not capabilities()["private_shm"]:
+        pytest.skip("private_shm is not available on this machine")
+    program = (
+        "import errno\nfor i in range(4):\n    try:\n        open(f'/dev/shm/f{i}', 'wb').write(bytes(6 << 20))\n"
+        "    except OSError as e:\n        print(i, errno.errorcode[e.errno])\n        break\n"
+    )
+    r = run_program(program, limits=Limits(max_file_bytes=16 << 20))
+    assert (r.status, r.stdout) == ("ok", "2 ENOSPC\n"), r.stderr
 
 
 POOL = """\
@@ -183,22 +213,47 @@ POOLS = {
     "ProcessPoolExecutor": "from concurrent.futures import ProcessPoolExecutor",
     "ThreadPoolExecutor": "from concurrent.futures import ThreadPoolExecutor",
 }
+POOL_SAMPLE = {"io": [{"input": "1 2 3\n", "output": "1 4 9\n"}]}
+POOL_TESTS = {
+    "tests": "def check(candidate):\n    assert candidate([1, 2, 3]) == [1, 4, 9]\n",
+    "entry_point": "squares",
+}
+POOL_FUNCTION = """\
+from multiprocessing import Pool
+def square(x):
+    return x * x
+def squares(xs):
+    with Pool(2) as pool:
+        return pool.map(square, xs)
+"""
+
+
+def _score(program: str, sample: dict) -> tuple[float, dict]:
+    from grpo_jax.rewards import code_reward
+
+    result = code_reward("<think>x</think>```python\n" + program + "```", sample)
+    return result.score, dict(result.info)
 
 
 @pytest.mark.parametrize("pool", sorted(POOLS))
-def test_multiprocessing_fails_closed_and_threads_work(pool):
-    """`multiprocessing`'s locks and queues are POSIX semaphores, which live in /dev/shm, shared by the
-    trainer and every run and so out of reach under Landlock (above): a right program that uses them fails
-    with an error status, never a pass. `concurrent.futures.ThreadPoolExecutor` needs none and passes."""
-    from grpo_jax.rewards import code_reward
+def test_multiprocessing_works_in_the_runs_own_dev_shm(pool):
+    """`multiprocessing`'s locks and queues are POSIX semaphores in /dev/shm: with a private one, its
+    pools work, in the stdin/stdout format and inside a function the tests call."""
+    if not capabilities()["private_shm"]:
+        pytest.skip("private_shm is not available on this machine")
+    value, info = _score(POOL.format(imports=POOLS[pool], pool=pool), POOL_SAMPLE)
+    assert value == 1.0, info
+    if pool == "Pool":
+        value, info = _score(POOL_FUNCTION, POOL_TESTS)
+        assert value == 1.0, info
 
+
+def test_without_a_private_dev_shm_multiprocessing_fails_closed():
+    """Where the run cannot have its own /dev/shm, Landlock keeps the shared one out of reach: a right
+    program that uses a process pool fails with an error status, never a wrong pass."""
     if not capabilities()["landlock"]:
         pytest.skip("landlock is not available on this machine")
-    sample = {"io": [{"input": "1 2 3\n", "output": "1 4 9\n"}]}
-    program = POOL.format(imports=POOLS[pool], pool=pool)
-    result = code_reward("<think>x</think>```python\n" + program + "```", sample)
-    if pool == "ThreadPoolExecutor":
-        assert result.score == 1.0, result.info
-    else:
-        assert result.score == 0.0 and result.info["reason"] == "error", result.info
-        assert "PermissionError" in result.info["results"][0]["stderr_tail"], result.info
+    program = POOL.format(imports=POOLS["Pool"], pool="Pool")
+    r = run_program(program, stdin="1 2 3\n", isolation=Isolation(private_shm=False))
+    assert (r.status, r.passed, r.stdout) == ("error", False, ""), r.stderr
+    assert "PermissionError" in r.stderr

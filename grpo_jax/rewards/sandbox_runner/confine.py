@@ -106,9 +106,10 @@ def _no_new_privs():
         raise _SetupError("no_new_privs", os.strerror(ctypes.get_errno()))
 
 
-def _landlock(abi, workdir, read_paths):
-    """Writes only inside the workdir; reads only the Python stdlib and system libraries; no TCP;
-    no signals to (and no ptrace or /proc access of) processes outside the sandbox (ABI >= 6)."""
+def _landlock(abi, workdir, read_paths, writable=()):
+    """Writes only inside the workdir (and `writable`: the run's own /dev/shm); reads only the Python
+    stdlib and system libraries; no TCP; no signals to (and no ptrace or /proc access of) processes
+    outside the sandbox (ABI >= 6)."""
     ctypes, libc = _libc()
     L = ctypes.c_long
 
@@ -126,7 +127,7 @@ def _landlock(abi, workdir, read_paths):
         raise _SetupError("landlock", "create_ruleset: " + os.strerror(ctypes.get_errno()))
     file_rights = fs_all & (_LL_EXECUTE | _LL_WRITE_FILE | _LL_READ_FILE | _LL_TRUNCATE | _LL_IOCTL_DEV)
     read_rights = _LL_EXECUTE | _LL_READ_FILE | _LL_READ_DIR
-    rules = [(workdir, fs_all)] + [(p, read_rights) for p in read_paths]
+    rules = [(p, fs_all) for p in (workdir, *writable)] + [(p, read_rights) for p in read_paths]
     rules += [("/dev/null", file_rights & ~_LL_EXECUTE), ("/dev/zero", _LL_READ_FILE), ("/dev/urandom", _LL_READ_FILE)]
 
     def add_rule(fd, rights, what):
@@ -178,6 +179,17 @@ def _entries_except(path, hidden):
     except OSError:
         return []
     return entries
+
+
+def _private_shm(limits):
+    """Mount a fresh tmpfs on /dev/shm in the run's own mount namespace (`unshare --mount`), so that
+    POSIX semaphores and shared memory (`multiprocessing`) work and die with the run: nothing of the
+    trainer's /dev/shm is visible, nothing written there outlives the run, and its size is capped."""
+    ctypes, libc = _libc()
+    ms_nosuid, ms_nodev, ms_noexec = 2, 4, 8
+    options = f"size={int(limits['max_file_bytes'])},nr_inodes=1024,mode=1777".encode()
+    if libc.mount(b"grpo_shm", b"/dev/shm", b"tmpfs", ctypes.c_ulong(ms_nosuid | ms_nodev | ms_noexec), options) != 0:
+        raise _SetupError("private_shm", "mount /dev/shm: " + os.strerror(ctypes.get_errno()))
 
 
 def _seccomp_program(machine):
@@ -307,6 +319,8 @@ def _setup(job):
         sys.meta_path.append(_PinnedPackages(packages))
     if layers.get("drop_uid"):
         _pin_sys_path()
+    if layers.get("private_shm"):
+        _private_shm(job["limits"])  # before Landlock, which forbids mounting
     if layers.get("landlock") or layers.get("seccomp"):
         _no_new_privs()
     if layers.get("landlock"):
@@ -314,7 +328,7 @@ def _setup(job):
         # (their own directories are read paths), not whatever else is installed, nor read its data.
         stdlib_sites = [d + "/" + name for d in stdlib for name in ("site-packages", "dist-packages")]
         visible = _visible(read_paths, list(job["hidden_paths"]) + stdlib_sites)
-        _landlock(job["landlock_abi"], os.getcwd(), visible)
+        _landlock(job["landlock_abi"], os.getcwd(), visible, ["/dev/shm"] if layers.get("private_shm") else [])
     if layers.get("drop_uid"):
         _drop_uid(job["uid"])
     if layers.get("seccomp"):
