@@ -18,6 +18,9 @@ their own directories) started through the trusted harness in `sandbox_runner/`,
   * `ipc_namespace`: `unshare --ipc`: SysV shared memory, semaphores and message queues and POSIX
     message queues made by the code live in the run's own IPC namespace and die with it, so nothing
     of one run is found by the next (seccomp also refuses those calls, for machines without it);
+  * `private_shm`: `unshare --mount`, where the harness mounts a fresh, size-capped tmpfs on /dev/shm
+    that Landlock lets the run write: POSIX semaphores and shared memory (`multiprocessing`) work and
+    die with the run; without it, Landlock keeps the shared /dev/shm out of reach;
   * `drop_uid` (when started as root): the code runs as a fresh unprivileged uid, so it cannot
     signal, ptrace or read the environment of the caller, write outside world-writable directories,
     and RLIMIT_NPROC (which root ignores) bounds fork bombs;

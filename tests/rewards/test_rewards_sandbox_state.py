@@ -257,3 +257,23 @@ def test_without_a_private_dev_shm_multiprocessing_fails_closed():
     r = run_program(program, stdin="1 2 3\n", isolation=Isolation(private_shm=False))
     assert (r.status, r.passed, r.stdout) == ("error", False, ""), r.stderr
     assert "PermissionError" in r.stderr
+
+
+
+SPAWN_POOL = """\
+import multiprocessing as mp
+def sq(x):
+    return x * x
+if __name__ == '__main__':
+    with mp.get_context('spawn').Pool(2) as p:
+        print(p.map(sq, [1, 2, 3]))
+"""
+
+
+def test_the_spawn_start_method_fails_closed():
+    """The `spawn` start method starts `sys.executable` anew, which the run cannot (Landlock: the
+    interpreter's own directory is not a read path): an error or a timeout, never a pass."""
+    if not capabilities()["landlock"]:
+        pytest.skip("landlock is not available on this machine")
+    r = run_program(SPAWN_POOL, limits=Limits(wall_s=3.0))
+    assert r.status != "ok" and not r.passed and r.stdout == "", r.stderr
