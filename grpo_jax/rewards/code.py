@@ -104,8 +104,8 @@ class _Fences:
         a parse that spans one is impossible); code that parses nowhere ends at the first candidate, as
         markdown has it. At most _MAX_FENCE_TRIES parses a block, and _PARSE_BUDGET characters a text."""
         own = self._after(self.on_own_line, start, _MAX_FENCE_TRIES)
-        inline = [i for i in self._after(self.anywhere, start, 2 * _MAX_FENCE_TRIES) if i not in set(own)]
-        candidates = own + inline + [len(self.text)]
+        inline = set(self._after(self.anywhere, start, 2 * _MAX_FENCE_TRIES)) - set(own)
+        candidates = own + sorted(inline) + [len(self.text)]
         if python:
             for end in candidates[:_MAX_FENCE_TRIES]:
                 if end - start > self.budget:
