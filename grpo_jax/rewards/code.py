@@ -15,40 +15,166 @@ Two test formats, the two that the common datasets use:
   stdout is compared line by line (trailing whitespace and trailing blank lines ignored) in *this*
   process, so nothing the program prints can fake a pass.
 
+The program is the fenced block of the answer that defines the function under test (the entry point,
+or the functions the tests call), else the last ```python block, else the last unlabelled one, else the
+whole answer; a Python block ends at the first fence after which it parses, so "```" inside a string
+does not cut it (`extract_program`, docs/sandbox.md).
+
 Score: `mode="all"` gives 1 only if every case passes (stopping at the first failure); `mode="fraction"`
 gives the fraction of cases passed. Every case is a fresh sandboxed process (see `sandbox.py`).
 """
 
 from __future__ import annotations
 
+import ast
+import bisect
+import builtins
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from grpo_jax.rewards.base import MissingFieldError, RewardInputError, RewardResult, require, reward
 from grpo_jax.rewards.format import assistant_turn, split_response
 from grpo_jax.rewards.sandbox import Isolation, Limits, SandboxResult, run_program
 
-CODE_VERSION = "4"  # 4: a think_prefilled row is read as "<think>" + completion (no </think>: no program)
+CODE_VERSION = "5"  # 5: the block that defines the function under test is the program; fences inside
+# strings; no IPC object or installed package other than the allowed ones reachable; multiprocessing
+# works in the run's own /dev/shm (docs/sandbox.md)
+# 4: a think_prefilled row is read as "<think>" + completion (no </think>: no program)
 # 3: builtin-named functions under test, exceptions that cannot act as control flow, arguments
 # changed in place and identity written back, main blocks, stderr, stdin by path, numpy, generators (docs/sandbox.md)
 # 2: the tests run in their own process against plain-data results (nothing the program patches
 # in its own process, builtins, exec or the harness, can make a test pass; see the module docstring)
 
-_FENCE_RE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
+_OPEN_FENCE_RE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n")
+_LINE_FENCE_RE = re.compile(r"^[ \t]*```[ \t]*$", re.MULTILINE)  # a fence alone on its line
+_FENCE = "```"
+_FENCE_RE = re.compile(_FENCE)
 _PYTHON_LANGS = {"python", "py", "python3", "py3"}
+_MAX_FENCE_TRIES = 32  # closing-fence candidates parsed per block
+_PARSE_BUDGET = 1_000_000  # characters parsed per answer to find closing fences (then markdown's rule)
 MAX_PROGRAM_CHARS = 100_000
 
 
-def extract_program(answer: str) -> str:
-    """The program in an answer: the last ```python block, else the last unlabelled ``` block, else the
-    whole answer (a model that answers with bare code)."""
-    blocks = [(lang.lower(), body) for lang, body in _FENCE_RE.findall(answer)]
-    for wanted in (_PYTHON_LANGS, {""}):
-        bodies = [body for lang, body in blocks if lang in wanted]
+def extract_program(answer: str, names: Sequence[str] = ()) -> str:
+    """The program in an answer, chosen as a grader reading it would: among the ```python and unlabelled
+    blocks, the last one that defines the most of `names` (the entry point, or the functions the tests
+    call), so that a usage example after the solution does not replace it; without such a block, the
+    last ```python block, else the last unlabelled one, else the whole answer (bare code)."""
+    blocks = [(lang, body.strip("\n")) for lang, body in fenced_blocks(answer) if lang in _PYTHON_LANGS | {""}]
+    if names:
+        wanted = set(names)
+        counts = [len(wanted & _defined_names(body)) for _, body in blocks]
+        if counts and max(counts) > 0:
+            return blocks[max(range(len(blocks)), key=lambda i: (counts[i], i))][1]
+    for langs in (_PYTHON_LANGS, {""}):
+        bodies = [body for lang, body in blocks if lang in langs]
         if bodies:
-            return bodies[-1].strip("\n")
+            return bodies[-1]
     return answer.strip()
+
+
+def fenced_blocks(text: str) -> list[tuple[str, str]]:
+    """The ``` blocks of a markdown text as (language in lower case, body). A block ends at its closing
+    fence, which for Python code is the first candidate after which the body parses, so a "```" inside
+    a string literal does not cut it; an unclosed block runs to the end of the text."""
+    fences = _Fences(text)
+    blocks, pos = [], 0
+    while (opened := _OPEN_FENCE_RE.search(text, pos)) is not None:
+        lang = opened.group(1).lower()
+        end = fences.block_end(opened.end(), python=lang in _PYTHON_LANGS | {""})
+        blocks.append((lang, text[opened.end() : end]))
+        pos = end + len(_FENCE)
+    return blocks
+
+
+class _Fences:
+    """The closing-fence candidates of one text, found once (a text may open many blocks)."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.on_own_line = [m.start() + m.group().index(_FENCE) for m in _LINE_FENCE_RE.finditer(text)]
+        self.anywhere = [m.start() for m in _FENCE_RE.finditer(text)]
+        self.budget = _PARSE_BUDGET
+
+    def block_end(self, start: int, python: bool) -> int:
+        """Where the block whose body starts at `start` ends. Candidates, in order: fences alone on their
+        line (as markdown closes a block), fences inside a line (`return x```), the end of the text.
+        Python code ends at the first candidate after which it parses (a fence line is never Python, so
+        a parse that spans one is impossible); code that parses nowhere ends at the first candidate, as
+        markdown has it. At most _MAX_FENCE_TRIES parses a block, and _PARSE_BUDGET characters a text."""
+        own = self._after(self.on_own_line, start, _MAX_FENCE_TRIES)
+        inline = set(self._after(self.anywhere, start, 2 * _MAX_FENCE_TRIES)) - set(own)
+        candidates = own + sorted(inline) + [len(self.text)]
+        if python:
+            for end in candidates[:_MAX_FENCE_TRIES]:
+                if end - start > self.budget:
+                    break
+                self.budget -= end - start
+                if _parses(self.text[start:end]):
+                    return end
+        return candidates[0]
+
+    @staticmethod
+    def _after(positions: list[int], start: int, count: int) -> list[int]:
+        first = bisect.bisect_left(positions, start)
+        return positions[first : first + count]
+
+
+def _parse(code: str) -> ast.Module | None:
+    """The module's syntax tree, or None for code that is not Python (model output never raises here)."""
+    try:
+        return ast.parse(code)
+    except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError):
+        return None
+
+
+def _parses(code: str) -> bool:
+    return _parse(code) is not None
+
+
+def _defined_names(code: str) -> set[str]:
+    """Names the code binds at module level by `def`, `class` or assignment (also inside top-level
+    if/try/with/for blocks, not inside functions or classes; imports do not count: a usage example
+    that imports the solution's function does not define it)."""
+    tree = _parse(code)
+    names: set[str] = set()
+    stack = list(tree.body) if tree is not None else []
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+            continue
+        targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+        for target in targets:
+            if isinstance(target, ast.Name) and isinstance(node, (ast.Assign, ast.AnnAssign)):
+                names.add(target.id)
+        for field in ("body", "orelse", "finalbody", "handlers"):
+            stack += [n for n in getattr(node, field, []) if isinstance(n, ast.AST)]
+    return names
+
+
+def called_names(tests: Sequence[str]) -> tuple[str, ...]:
+    """The functions the tests call that they neither define nor take from builtins: the program's
+    functions under test (MBPP lists and assert lines have no entry point)."""
+    called: set[str] = set()
+    defined: set[str] = set()
+    for test in tests:
+        tree = _parse(test)
+        if tree is None:
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+                called.add(node.func.id)
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                defined.add(node.name)
+            elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                defined.add(node.id)
+            elif isinstance(node, ast.arg):
+                defined.add(node.arg)
+            elif isinstance(node, ast.alias):
+                defined.add((node.asname or node.name).split(".")[0])
+    return tuple(sorted(called - defined - set(dir(builtins))))
 
 
 def _cases(sample: Mapping[str, Any]) -> tuple[str, list[Any], str | None]:
@@ -145,7 +271,8 @@ def code_reward(
     limits = _limits(wall_s=wall_s, cpu_s=cpu_s, memory_mb=memory_mb, max_processes=max_processes,
                      max_output_bytes=max_output_bytes)  # fmt: skip
     turn = assistant_turn(response, sample, think_tag=think_tag)  # with the prompt's opened <think>
-    program = extract_program(split_response(turn, think_tag=think_tag, answer_tag=answer_tag).answer)
+    names = (entry,) if entry is not None else called_names(cases) if kind == "tests" else ()
+    program = extract_program(split_response(turn, think_tag=think_tag, answer_tag=answer_tag).answer, names)
     if not program.strip():
         return RewardResult(0.0, {"reason": "no_program", "cases": len(cases)})
     if len(program) > MAX_PROGRAM_CHARS:

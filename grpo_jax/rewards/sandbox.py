@@ -15,17 +15,26 @@ their own directories) started through the trusted harness in `sandbox_runner/`,
     user namespace). No network interfaces but a down loopback; the sandbox is PID 1 of its own
     namespace, so `os.getppid()` is 0, and when it dies the kernel kills every process it forked,
     including ones that escaped the process group with setsid;
+  * `ipc_namespace`: `unshare --ipc`: SysV shared memory, semaphores and message queues and POSIX
+    message queues made by the code live in the run's own IPC namespace and die with it, so nothing
+    of one run is found by the next (seccomp also refuses those calls, for machines without it);
+  * `private_shm`: `unshare --mount`, where the harness mounts a fresh, size-capped tmpfs on /dev/shm
+    that Landlock lets the run write: POSIX semaphores and shared memory (`multiprocessing`) work and
+    die with the run; without it, Landlock keeps the shared /dev/shm out of reach;
   * `drop_uid` (when started as root): the code runs as a fresh unprivileged uid, so it cannot
     signal, ptrace or read the environment of the caller, write outside world-writable directories,
     and RLIMIT_NPROC (which root ignores) bounds fork bombs;
-  * `landlock`: writes only inside the temp dir, reads only the stdlib, system libraries, the allowed
-    packages and stdin (so not the dataset with the reference answers), no TCP bind/connect, and
+  * `landlock`: writes only inside the temp dir, reads only the stdlib and system libraries (both
+    without their site-packages/dist-packages), the allowed packages and stdin (so not the dataset
+    with the reference answers, nor another installed package), no TCP bind/connect, and
     (ABI >= 6) no signals to processes outside the sandbox;
   * `seccomp`: `socket()` and `io_uring_setup()` fail with EACCES (the fallback "block sockets" layer);
     the calls that change a file's mode, owner, times, extended attributes or inode flags (chmod,
     chown, utime families, *xattr, FS_IOC_SETFLAGS) and those that reach another process's memory
     (ptrace, process_vm_readv/writev) fail with EPERM. Landlock has no right for the former, so
-    without the uid drop they would reach the caller's own files.
+    without the uid drop they would reach the caller's own files. So do the calls that make or reach
+    kernel objects found again by a key or a name (SysV IPC, POSIX message queues, keyrings), which
+    would outlive the run.
 
 Test mode runs two sandboxed processes joined by two pipes: the solution's, which runs the program and
 then answers calls to its functions with plain data (None, bool, numbers, str, bytes, Fraction,
@@ -47,6 +56,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import glob
 import importlib.util
 import os
 import platform
@@ -54,6 +64,7 @@ import secrets
 import selectors
 import shutil
 import signal
+import site
 import subprocess
 import sys
 import tempfile
@@ -68,7 +79,7 @@ from grpo_jax.rewards.sandbox_runner.bundle import bundle
 from grpo_jax.rewards.sandbox_runner.job import CPU_LIMIT_EXIT, PEER_GONE, SETUP_FAILED, SETUP_FAILED_LINE, dump_job
 
 _RUNNER_SOURCE = bundle()  # the runner's modules as one `python -c` source (it cannot import the package)
-_LAYERS = ("net_namespace", "pid_namespace", "drop_uid", "landlock", "seccomp")
+_LAYERS = ("net_namespace", "pid_namespace", "ipc_namespace", "private_shm", "drop_uid", "landlock", "seccomp")
 _SYSTEM_READ_PATHS = ("/usr", "/lib", "/lib32", "/lib64", "/bin", "/etc/ld.so.cache")
 # Deterministic output; numpy's BLAS in one thread (RLIMIT_NPROC and RLIMIT_CPU count every thread).
 _ENV = {"PYTHONHASHSEED": "0", "PYTHONUTF8": "1", "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
@@ -104,6 +115,8 @@ class Isolation:
 
     net_namespace: bool | None = None
     pid_namespace: bool | None = None
+    ipc_namespace: bool | None = None
+    private_shm: bool | None = None
     drop_uid: bool | None = None
     landlock: bool | None = None
     seccomp: bool | None = None
@@ -140,10 +153,20 @@ def _landlock_abi() -> int:
         return 0
 
 
-def _unshare_prefix(net: bool, pid: bool, user: bool, binary: str = "unshare") -> list[str]:
+_UNSHARE_ARGS = {  # the namespace layers and how `unshare` makes each
+    "net_namespace": ["--net"],
+    "ipc_namespace": ["--ipc"],
+    "private_shm": ["--mount", "--propagation", "private"],  # the runner mounts its own /dev/shm there
+    "pid_namespace": ["--pid", "--fork", "--kill-child"],
+}
+
+
+def _unshare_prefix(namespaces: Iterable[str], user: bool, binary: str = "unshare") -> list[str]:
+    """The `unshare` command line that puts a run into the given namespace layers (in a user namespace
+    where that is what lets an unprivileged caller make them)."""
     args = [binary] + (["--user", "--map-root-user"] if user else [])
-    args += ["--net"] if net else []
-    args += ["--pid", "--fork", "--kill-child"] if pid else []
+    for layer, layer_args in _UNSHARE_ARGS.items():
+        args += layer_args if layer in namespaces else []
     return args + ["--"]
 
 
@@ -154,19 +177,19 @@ def _try(cmd: list[str]) -> bool:
         return False
 
 
-def _probe_namespaces(binary: str | None) -> tuple[bool, bool, bool]:
-    """(net, pid, needs_user_namespace) that `unshare` can give us here."""
+def _probe_namespaces(binary: str | None) -> tuple[dict[str, bool], bool]:
+    """({namespace layer: whether `unshare` can make it here}, whether that needs a user namespace)."""
+    none = {layer: False for layer in _UNSHARE_ARGS}
     if binary is None:
-        return False, False, False
+        return none, False
     true = [shutil.which("true") or "/bin/true"]
     for user in (False, True):
-        if _try(_unshare_prefix(True, True, user, binary) + true):
-            return True, True, user
-        net = _try(_unshare_prefix(True, False, user, binary) + true)
-        pid = _try(_unshare_prefix(False, True, user, binary) + true)
-        if net or pid:
-            return net, pid, user
-    return False, False, False
+        if _try(_unshare_prefix(_UNSHARE_ARGS, user, binary) + true):
+            return {layer: True for layer in _UNSHARE_ARGS}, user
+        each = {layer: _try(_unshare_prefix([layer], user, binary) + true) for layer in _UNSHARE_ARGS}
+        if any(each.values()):
+            return each, user
+    return none, False
 
 
 _CAPS_LOCK = threading.Lock()
@@ -175,11 +198,10 @@ _CAPS_LOCK = threading.Lock()
 @functools.lru_cache(maxsize=1)
 def _capabilities_cached() -> dict[str, object]:
     unshare = shutil.which("unshare")
-    net, pid, user = _probe_namespaces(unshare)
+    namespaces, user = _probe_namespaces(unshare)
     caps: dict[str, object] = {
         "unshare": unshare or "",
-        "net_namespace": net,
-        "pid_namespace": pid,
+        **namespaces,
         "user_namespace": user,
         "drop_uid": hasattr(os, "geteuid") and os.geteuid() == 0 and not user,
         "landlock": _landlock_abi() > 0,
@@ -224,6 +246,18 @@ def _failed_layer(stderr: str) -> str | None:
         if line.startswith(SETUP_FAILED_LINE):
             return line.split(":")[1]
     return None
+
+
+@functools.lru_cache(maxsize=1)
+def _hidden_paths() -> tuple[str, ...]:
+    """The installed-package directories (site-packages, dist-packages) that lie inside the read paths
+    (the stdlib directory, /usr): Landlock's rule admits the read paths minus these, so the program
+    cannot import or read packages other than the allowed ones."""
+    found = list(site.getsitepackages()) + [site.getusersitepackages()]
+    found += [p for p in sys.path if os.path.basename(p.rstrip("/")) in ("site-packages", "dist-packages")]
+    for pattern in ("/usr/lib*/python3*/*-packages", "/usr/local/lib*/python3*/*-packages"):
+        found += glob.glob(pattern)
+    return tuple(sorted({os.path.realpath(p) for p in found if os.path.isdir(p)}))
 
 
 @functools.lru_cache(maxsize=1)
@@ -399,6 +433,7 @@ def _job(role: str, payload: dict, limits: Limits, layers: dict, caps: dict, uid
             "machine": caps.get("machine", ""),
             "read_paths": [p for p in _SYSTEM_READ_PATHS + _packages()[1] if os.path.exists(p)],
             "packages": _packages()[0],
+            "hidden_paths": list(_hidden_paths()),
             "limits": {
                 "cpu_s": limits.cpu_s,
                 "memory_bytes": int(limits.memory_mb) << 20,
@@ -417,9 +452,8 @@ def _spawn(
     The job and stdin go through unlinked temporary files: no path to find them by, no pipe to block
     on, and the harness closes the job fd before any user code. The stdin file belongs to the run's
     uid, so the code can also reopen it by path (/dev/stdin, /proc/self/fd/0)."""
-    ns = layers["net_namespace"] or layers["pid_namespace"]
-    user = bool(caps["user_namespace"])
-    prefix = _unshare_prefix(layers["net_namespace"], layers["pid_namespace"], user, str(caps["unshare"])) if ns else []
+    namespaces = [layer for layer in _UNSHARE_ARGS if layers[layer]]
+    prefix = _unshare_prefix(namespaces, bool(caps["user_namespace"]), str(caps["unshare"])) if namespaces else []
     with tempfile.TemporaryFile() as job_file, tempfile.TemporaryFile() as stdin_file:
         job_file.write(job)
         job_file.seek(0)

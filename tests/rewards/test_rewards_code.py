@@ -3,7 +3,7 @@
 import pytest
 
 from grpo_jax.rewards import MissingFieldError, RewardInputError, code_reward
-from grpo_jax.rewards.code import extract_program, outputs_match
+from grpo_jax.rewards.code import called_names, extract_program, fenced_blocks, outputs_match
 
 T = "<think>plan</think>"
 HE = {
@@ -29,6 +29,53 @@ def test_extract_program_rules():
     assert extract_program("```js\nx\n```\n```python\nd = 4\n```\n```js\ny\n```") == "d = 4"
     assert extract_program("  e = 5\n") == "e = 5"  # whole answer
     assert extract_program("```python\nf = 6\n") == "f = 6"  # unterminated fence at the end
+
+
+USAGE_AFTER = (
+    "```python\ndef sort_list(xs):\n    return sorted(xs)\n```\nUsage:\n```python\nprint(sort_list([3, 1, 2]))\n```\n"
+)
+FENCE_IN_STRING = 'Here:\n```python\ndef fence(s):\n    return "```" + s + "```"\n```\nDone.\n'
+FENCE_IN_TRIPLE_STRING = 'Here:\n```python\ndef fence(s):\n    return """\n```\n""" + s\n```\nDone.\n'
+
+
+def test_the_block_that_defines_the_function_is_the_program():
+    """A usage example after the solution block is not the program: the block that defines the entry
+    point (or, without one, the functions the tests call) is, as a grader reading the answer would take."""
+    assert extract_program(USAGE_AFTER, ("sort_list",)).startswith("def sort_list")
+    assert extract_program(USAGE_AFTER) == "print(sort_list([3, 1, 2]))"  # nothing to go by: the last block
+    drafts = "```python\ndef f(x):\n    return 1\n```\nFixed:\n```python\ndef f(x):\n    return 2\n```\n"
+    assert extract_program(drafts, ("f",)).endswith("return 2")  # of two blocks that define it, the last
+    imports = "```python\ndef f(x):\n    return 1\n```\n```python\nfrom solution import f\nprint(f(1))\n```\n"
+    assert extract_program(imports, ("f",)).startswith("def f")  # importing the function is not defining it
+    assert called_names(["assert sort_list([2, 1]) == sorted([1, 2])", "def check(c):\n    assert c(1)\n"]) == (
+        "sort_list",
+    )
+
+
+@pytest.mark.parametrize("sample", [HE, {"tests": ["assert sort_list([3, 1, 2]) == [1, 2, 3]", "assert sort_list([]) == []"]}])
+def test_a_usage_example_after_the_solution_does_not_fail_a_right_answer(sample):
+    assert code_reward(T + USAGE_AFTER, sample).score == 1.0
+    wrong = USAGE_AFTER.replace("sorted(xs)", "xs")
+    assert code_reward(T + wrong, sample).score == 0.0
+
+
+@pytest.mark.parametrize("answer", [FENCE_IN_STRING, FENCE_IN_TRIPLE_STRING], ids=["string", "triple-quoted"])
+def test_a_fence_inside_a_string_literal_does_not_end_the_block(answer):
+    program = extract_program(answer)
+    assert program.startswith("def fence") and program.endswith(("+ s", '"```"')), program
+    assert compile(program, "<program>", "exec") is not None
+    expected = "```x```" if answer is FENCE_IN_STRING else "\n```\nx"
+    sample = {"tests": f"def check(c):\n    assert c('x') == {expected!r}\n", "entry_point": "fence"}
+    assert code_reward(T + answer, sample).score == 1.0
+
+
+def test_fences_markdown_would_close():
+    """Python that ends a line with the fence ends there; code that is not Python ends at the first fence
+    alone on its line, as in markdown."""
+    assert fenced_blocks("```python\ndef f(x):\n    return x```\ntext\n```js\nlet s = '```\n```\n") == [
+        ("python", "def f(x):\n    return x"),
+        ("js", "let s = '```\n"),
+    ]
 
 
 def test_humaneval_format():

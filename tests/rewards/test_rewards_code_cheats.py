@@ -171,6 +171,40 @@ def test_cheats_are_harmless_to_a_right_answer(cheat, fmt):
     assert value == 1.0, info
 
 
+SYSV_COUNTER = """\
+import ctypes
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.shmat.restype = ctypes.c_void_p
+_runs_before = 0
+_id = _libc.shmget({key}, 4096, 0o1000 | 0o666)  # IPC_CREAT: the segment an earlier run made, else a new one
+if _id >= 0:
+    _cell = ctypes.c_int.from_address(_libc.shmat(_id, None, 0))
+    _runs_before = _cell.value
+    _cell.value += 1
+def square(x):
+    return x * x if _runs_before else x + 2  # stands for answers learned from the earlier runs' failures
+"""
+
+
+@pytest.mark.parametrize("fmt", sorted(FORMATS))
+def test_state_left_by_an_earlier_run_is_gone(fmt):
+    """A program that counts its runs in a SysV segment (a fixed key) is right only when it finds an
+    earlier run's count: where state survived a run, its second scoring would be 1. Each run has its own
+    IPC namespace, and seccomp refuses the SysV calls, so every scoring starts from nothing."""
+    import ctypes
+    import secrets
+
+    key = 1 + secrets.randbelow(2**30)
+    try:
+        for _ in range(3):
+            value, info = score(SYSV_COUNTER.format(key=key), FORMATS[fmt])
+            assert value == 0.0, info
+    finally:  # what a run without the layers would have left in the trainer's namespace
+        libc = ctypes.CDLL(None, use_errno=True)
+        if (ident := libc.shmget(key, 0, 0)) >= 0:
+            libc.shmctl(ident, 0, None)  # IPC_RMID
+
+
 # ----------------------------------------------------------------------------- honest solutions
 
 

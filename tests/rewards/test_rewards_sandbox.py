@@ -9,7 +9,7 @@ import pytest
 
 from grpo_jax.rewards.sandbox import Isolation, Limits, SandboxPool, capabilities, resolve_layers, run_program
 
-LAYERS = ("net_namespace", "pid_namespace", "drop_uid", "landlock", "seccomp")
+LAYERS = ("net_namespace", "pid_namespace", "ipc_namespace", "private_shm", "drop_uid", "landlock", "seccomp")
 CONNECT = "import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=1)\nprint('CONNECTED')"
 
 

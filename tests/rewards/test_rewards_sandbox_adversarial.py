@@ -18,7 +18,7 @@ import uuid
 import pytest
 
 from grpo_jax.rewards import code_reward
-from grpo_jax.rewards.sandbox import capabilities
+from grpo_jax.rewards.sandbox import Isolation, capabilities
 
 TESTS = {
     "tests": "def check(candidate):\n"
@@ -296,3 +296,70 @@ def test_defences_do_not_reject_honest_code():
     score, info = attack("import math, collections, json\ndef square(x):\n    return math.prod([x, x])\n")
     assert score == 1.0, info
     assert sys.executable  # the caller is untouched (checked by the fixture)
+
+
+# --------------------------------------------------------------------------- installed packages
+
+PACKAGE_ATTEMPTS = """\
+import os, sys
+stdlib = [p for p in sys.path if os.path.isfile(p + '/os.py')][0]  # after the uid drop, a /proc/self/fd link
+site = {site!r}.replace('STDLIB', stdlib)
+sys.path.append(site)
+outcomes = []
+try:
+    import {name}
+    outcomes.append('imported')
+except Exception as e:  # ImportError, or the finder's PermissionError
+    outcomes.append(type(e).__name__)
+for path in {files!r}:
+    path = path.replace('SITE', site)
+    try:
+        open(path, 'rb').read(1)
+        outcomes.append('read')
+    except OSError as e:
+        outcomes.append(type(e).__name__)
+print(' '.join(outcomes))
+"""
+
+
+def _package_attempts(isolation) -> tuple[str, list[str]]:
+    """Import a package installed beside numpy but not allowed, and read a file of it and of the system's
+    dist-packages; (outcomes, the files tried)."""
+    import glob
+    import importlib.util
+
+    from grpo_jax.rewards.sandbox import _hidden_paths, run_program
+
+    for name in ("idna", "certifi", "click", "yaml", "sympy"):
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.origin and any(spec.origin.startswith(h + "/") for h in _hidden_paths()):
+            break
+    else:
+        pytest.skip("no package other than the allowed ones is installed here")
+    site = os.path.dirname(os.path.dirname(spec.origin))
+    files = ["SITE/" + os.path.relpath(spec.origin, site)]
+    files += sorted(p for p in glob.glob("/usr/lib/python3/dist-packages/*.py") if os.path.isfile(p))[:1]
+    stdlib = os.path.dirname(os.__file__)
+    if os.path.realpath(site) == os.path.realpath(os.path.join(stdlib, "site-packages")):
+        site = "STDLIB/site-packages"
+    r = run_program(PACKAGE_ATTEMPTS.format(site=site, name=name, files=files), isolation=isolation)
+    assert r.status == "ok", r.stderr
+    return r.stdout.split(), files
+
+
+@pytest.mark.parametrize("drop_uid", [None, False], ids=["all-layers", "uid-kept"])
+def test_installed_packages_other_than_the_allowed_ones_are_out_of_reach(drop_uid):
+    """The stdlib directory holds site-packages: Landlock admits the stdlib without it (and /usr without
+    its dist-packages), so only the allowed packages can be imported and nothing else installed be read,
+    also by a path through the stdlib directory's pinned fd, and also where no uid is dropped."""
+    if not capabilities()["landlock"]:
+        pytest.skip("landlock is not available on this machine")
+    outcomes, files = _package_attempts(Isolation(drop_uid=drop_uid))
+    assert len(outcomes) == 1 + len(files) and "imported" not in outcomes and "read" not in outcomes, outcomes
+
+
+def test_control_without_landlock_installed_packages_are_reachable():
+    """The test above could fail: without Landlock (and the uid kept, which may read the trainer's
+    interpreter) the same program imports the package and reads the files."""
+    outcomes, files = _package_attempts(Isolation(landlock=False, drop_uid=False))
+    assert outcomes == ["imported"] + ["read"] * len(files)

@@ -23,20 +23,40 @@ _PR_SET_NO_NEW_PRIVS, _PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, _PR_SET_DUMPABLE = 
 # Sockets and io_uring (which could open sockets) fail with EACCES. With EPERM: the calls that change a
 # file's mode, owner, times, extended attributes or inode flags (Landlock has no right for them, so a
 # run that keeps the caller's uid could otherwise change the caller's files), and the calls that read
-# or write another process's memory. Numbers from 424 on are shared by all architectures.
+# or write another process's memory, and the kernel objects that outlive a process and are found again by
+# a key or a name, not a path (SysV shared memory, semaphores and message queues, POSIX message queues,
+# keyrings): a run could otherwise leave state for the next run to read, where the IPC namespace is
+# missing, and SysV segments are memory outside the run's limits. Numbers from 424 on are shared by all
+# architectures.
 _SECCOMP_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
 _NEW_SYSCALLS = {"io_uring_setup": 425, "fchmodat2": 452, "setxattrat": 463, "removexattrat": 466, "file_setattr": 469}
+_PERSISTENT_OBJECT_SYSCALLS = {
+    "x86_64": {
+        "shmget": 29, "shmat": 30, "shmctl": 31, "semget": 64, "semop": 65, "semctl": 66, "shmdt": 67,
+        "msgget": 68, "msgsnd": 69, "msgrcv": 70, "msgctl": 71, "semtimedop": 220, "mq_open": 240,
+        "mq_unlink": 241, "mq_timedsend": 242, "mq_timedreceive": 243, "mq_notify": 244, "mq_getsetattr": 245,
+        "add_key": 248, "request_key": 249, "keyctl": 250,
+    },
+    "aarch64": {
+        "mq_open": 180, "mq_unlink": 181, "mq_timedsend": 182, "mq_timedreceive": 183, "mq_notify": 184,
+        "mq_getsetattr": 185, "msgget": 186, "msgctl": 187, "msgrcv": 188, "msgsnd": 189, "semget": 190,
+        "semctl": 191, "semtimedop": 192, "semop": 193, "shmget": 194, "shmctl": 195, "shmat": 196, "shmdt": 197,
+        "add_key": 217, "request_key": 218, "keyctl": 219,
+    },
+}  # fmt: skip
 _DENIED_SYSCALLS = {
     "x86_64": {
         "socket": 41, "chmod": 90, "fchmod": 91, "fchmodat": 268, "chown": 92, "fchown": 93, "lchown": 94,
         "fchownat": 260, "utime": 132, "utimes": 235, "utimensat": 280, "futimesat": 261, "setxattr": 188,
         "lsetxattr": 189, "fsetxattr": 190, "removexattr": 197, "lremovexattr": 198, "fremovexattr": 199,
         "ptrace": 101, "process_vm_readv": 310, "process_vm_writev": 311, **_NEW_SYSCALLS,
+        **_PERSISTENT_OBJECT_SYSCALLS["x86_64"],
     },
     "aarch64": {  # the generic table: no chmod/chown/lchown/utime/utimes/futimesat (only the *at forms)
         "socket": 198, "fchmod": 52, "fchmodat": 53, "fchownat": 54, "fchown": 55, "utimensat": 88,
         "setxattr": 5, "lsetxattr": 6, "fsetxattr": 7, "removexattr": 14, "lremovexattr": 15,
         "fremovexattr": 16, "ptrace": 117, "process_vm_readv": 270, "process_vm_writev": 271, **_NEW_SYSCALLS,
+        **_PERSISTENT_OBJECT_SYSCALLS["aarch64"],
     },
 }  # fmt: skip
 _EACCES_SYSCALLS = frozenset({"socket", "io_uring_setup"})
@@ -86,9 +106,10 @@ def _no_new_privs():
         raise _SetupError("no_new_privs", os.strerror(ctypes.get_errno()))
 
 
-def _landlock(abi, workdir, read_paths):
-    """Writes only inside the workdir; reads only the Python stdlib and system libraries; no TCP;
-    no signals to (and no ptrace or /proc access of) processes outside the sandbox (ABI >= 6)."""
+def _landlock(abi, workdir, read_paths, writable=()):
+    """Writes only inside the workdir (and `writable`: the run's own /dev/shm); reads only the Python
+    stdlib and system libraries; no TCP; no signals to (and no ptrace or /proc access of) processes
+    outside the sandbox (ABI >= 6)."""
     ctypes, libc = _libc()
     L = ctypes.c_long
 
@@ -106,7 +127,7 @@ def _landlock(abi, workdir, read_paths):
         raise _SetupError("landlock", "create_ruleset: " + os.strerror(ctypes.get_errno()))
     file_rights = fs_all & (_LL_EXECUTE | _LL_WRITE_FILE | _LL_READ_FILE | _LL_TRUNCATE | _LL_IOCTL_DEV)
     read_rights = _LL_EXECUTE | _LL_READ_FILE | _LL_READ_DIR
-    rules = [(workdir, fs_all)] + [(p, read_rights) for p in read_paths]
+    rules = [(p, fs_all) for p in (workdir, *writable)] + [(p, read_rights) for p in read_paths]
     rules += [("/dev/null", file_rights & ~_LL_EXECUTE), ("/dev/zero", _LL_READ_FILE), ("/dev/urandom", _LL_READ_FILE)]
 
     def add_rule(fd, rights, what):
@@ -120,7 +141,7 @@ def _landlock(abi, workdir, read_paths):
         except OSError:
             continue  # a missing system directory needs no rule
         try:
-            add_rule(fd, rights if os.path.isdir(path) else rights & file_rights, path)
+            add_rule(fd, rights if stat.S_ISDIR(os.fstat(fd).st_mode) else rights & file_rights, path)
         finally:
             os.close(fd)
     if stat.S_ISREG(os.fstat(0).st_mode):  # stdin by path (/dev/stdin, /proc/self/fd/0) reopens this file
@@ -128,6 +149,47 @@ def _landlock(abi, workdir, read_paths):
     if libc.syscall(L(_SYS_LANDLOCK_RESTRICT), L(ruleset), L(0)) != 0:
         raise _SetupError("landlock", "restrict_self: " + os.strerror(ctypes.get_errno()))
     os.close(ruleset)
+
+
+def _visible(paths, hidden):
+    """The read paths with the hidden directories (site-packages) cut out of them. A Landlock rule only
+    adds rights, so a path with a hidden directory somewhere below it is replaced by its entries, each
+    treated the same way; paths are resolved first (`/lib` may be `/usr/lib`), duplicates dropped."""
+    hidden = {os.path.realpath(h) for h in hidden if os.path.isdir(h)}
+    visible = []
+    for path in paths:
+        visible += _entries_except(os.path.realpath(path), hidden)
+    return list(dict.fromkeys(visible))
+
+
+def _entries_except(path, hidden):
+    """[path] when no hidden directory lies below it, else its entries without the hidden ones. Symbolic
+    links among the entries get no rule: what they point to is readable where its own path is."""
+    if path in hidden:
+        return []
+    prefix = path.rstrip("/") + "/"
+    if not any(h.startswith(prefix) for h in hidden):
+        return [path]
+    entries = []
+    try:
+        with os.scandir(path) as scan:
+            for entry in scan:
+                if not entry.is_symlink():
+                    entries += _entries_except(prefix + entry.name, hidden)
+    except OSError:
+        return []
+    return entries
+
+
+def _private_shm(limits):
+    """Mount a fresh tmpfs on /dev/shm in the run's own mount namespace (`unshare --mount`), so that
+    POSIX semaphores and shared memory (`multiprocessing`) work and die with the run: nothing of the
+    trainer's /dev/shm is visible, nothing written there outlives the run, and its size is capped."""
+    ctypes, libc = _libc()
+    ms_nosuid, ms_nodev, ms_noexec = 2, 4, 8
+    options = f"size={int(limits['max_file_bytes'])},nr_inodes=1024,mode=1777".encode()
+    if libc.mount(b"grpo_shm", b"/dev/shm", b"tmpfs", ctypes.c_ulong(ms_nosuid | ms_nodev | ms_noexec), options) != 0:
+        raise _SetupError("private_shm", "mount /dev/shm: " + os.strerror(ctypes.get_errno()))
 
 
 def _seccomp_program(machine):
@@ -250,16 +312,23 @@ class _PinnedPackages:
 def _setup(job):
     layers = job["layers"]
     _set_limits(job["limits"])
-    read_paths = [os.path.realpath(p) for p in sys.path if os.path.isdir(p)] + list(job["read_paths"])
+    stdlib = [os.path.realpath(p) for p in sys.path if os.path.isdir(p)]
+    read_paths = stdlib + list(job["read_paths"])
     packages = _open_packages(job["packages"])
     if packages:
         sys.meta_path.append(_PinnedPackages(packages))
     if layers.get("drop_uid"):
         _pin_sys_path()
+    if layers.get("private_shm"):
+        _private_shm(job["limits"])  # before Landlock, which forbids mounting
     if layers.get("landlock") or layers.get("seccomp"):
         _no_new_privs()
     if layers.get("landlock"):
-        _landlock(job["landlock_abi"], os.getcwd(), read_paths)
+        # The stdlib directory holds site-packages: the program may import only the allowed packages
+        # (their own directories are read paths), not whatever else is installed, nor read its data.
+        stdlib_sites = [d + "/" + name for d in stdlib for name in ("site-packages", "dist-packages")]
+        visible = _visible(read_paths, list(job["hidden_paths"]) + stdlib_sites)
+        _landlock(job["landlock_abi"], os.getcwd(), visible, ["/dev/shm"] if layers.get("private_shm") else [])
     if layers.get("drop_uid"):
         _drop_uid(job["uid"])
     if layers.get("seccomp"):

@@ -3,7 +3,7 @@
 The parent starts `python -S -s [-P] -c <bundle> JOB_FD MARKER_FD IN_FD OUT_FD` (-1 for an fd the role
 has none of). JOB_FD is an unlinked file holding the job, a marshalled dict (`dump_job`, written by the
 trusted parent; the runner imports marshal faster than json): role, program or tests and entry point,
-nonce (tests role only), uid, layers, landlock_abi, machine, read_paths, packages and limits. The
+nonce (tests role only), uid, layers, landlock_abi, machine, read_paths, hidden_paths, packages and limits. The
 runner answers with its exit status and, on failure, one line on stderr:
 
 - SETUP_FAILED (121) with `sandbox_setup_failed:<layer>:<error>`: a layer could not be applied, and
