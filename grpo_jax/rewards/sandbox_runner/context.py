@@ -132,6 +132,9 @@ class _ProgramContext:
     recursion limit), captures its prints and warnings, and reports what it changed."""
 
     def __init__(self):
+        import warnings  # before the program runs: a program that patches `exec` breaks later imports
+
+        self.module_warnings = warnings
         self.files = _Files()
         self.random_state = None
 
@@ -163,16 +166,14 @@ class _ProgramContext:
         self.stdout = sys.stdout
         self.printed = io.TextIOWrapper(io.BytesIO(), "utf-8", "surrogateescape", write_through=True)
         sys.stdout = self.printed
-        import warnings  # loaded once per run, on the first call
-
-        self.warnings = warnings.catch_warnings(record=True)
-        self.recorded = self.warnings.__enter__()
-        warnings.simplefilter("always")  # the tests' filters decide what becomes of each
+        self.catcher = self.module_warnings.catch_warnings(record=True)
+        self.recorded = self.catcher.__enter__()
+        self.module_warnings.simplefilter("always")  # the tests' filters decide what becomes of each
 
     def leave(self):
         """Undo the call's setup and return (report, failure): what the tests' side applies, or why
         the call fails (output or files past their limits)."""
-        self.warnings.__exit__(None, None, None)
+        self.catcher.__exit__(None, None, None)
         sys.stdout, printed = self.stdout, self.printed
         if self.fed is not None:
             sys.stdin = self.stdin
