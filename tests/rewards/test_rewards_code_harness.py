@@ -367,7 +367,14 @@ STATE_TASKS = {
         "def f(name):\n    return 'ABC'\n",
         ["import os\nos.makedirs('data', exist_ok=True)\nfor text in ('abc', 'xyz'):\n"
          "    with open('data/in.txt', 'w') as handle:\n        handle.write(text)\n"
-         "    assert {f}('data/in.txt') == text.upper()"],
+         "    assert {f}('data/in.txt') == text.upper()\n"
+         "os.remove('data/in.txt')\ntry:\n    {f}('data/in.txt')\nexcept FileNotFoundError:\n    pass\n"
+         "else:\n    assert False"],
+    ),
+    "file-written-by-the-program": (
+        "def f(name, text):\n    with open(name, 'w') as handle:\n        handle.write(text)\n",
+        "def f(name, text):\n    with open(name, 'w') as handle:\n        handle.write(text.upper())\n",
+        ["{f}('out.txt', 'hi')\nwith open('out.txt') as handle:\n    assert handle.read() == 'hi'"],
     ),
     "random-seeded": (
         "import random\ndef f():\n    return random.randint(1, 10 ** 9)\n",

@@ -14,6 +14,7 @@ tests' recursion limit (that goes one way), and its text never reaches the nonce
 import io
 import os
 import sys
+import time
 
 from .wire import _BadWire, _Decoder, _Encoder, _NotPlain, _message
 
@@ -22,6 +23,7 @@ _MAX_SHARED_BYTES = 16 << 20  # bytes of files shared between the two working di
 _MAX_SHARED_FILES = 1000
 _MAX_WARNINGS = 10_000  # warnings one call may raise
 _MAX_WARNING_TEXT = 100_000
+_STABLE_NS = 50_000_000  # a directory unchanged this long before a scan may be checked by its stat
 _MT_WORDS = 625  # the Mersenne Twister's state: 624 words and an index
 _SIGNATURE_WORDS = ("signature", "getfullargspec", "getargspec", "getdoc", "__doc__", "inspect")
 
@@ -61,17 +63,31 @@ def _set_random_state(state):
 class _Files:
     """The regular files under the working directory, by relative path, as last shared: `changes()`
     says which are new, changed or gone since, `apply()` makes the other side's changes here. Contents
-    are compared, not timestamps (a file rewritten within one clock tick keeps its mtime)."""
+    are compared, not timestamps (a file rewritten within one clock tick keeps its mtime). While the
+    directory is empty, one stat stands in for the scan (see `unchanged`)."""
 
     def __init__(self):
         self.known = self.scan()
 
+    def unchanged(self):
+        """Whether the working directory is still the empty one the last scan saw: its timestamps are
+        those it had then, and were at least _STABLE_NS older than that scan, so any later change
+        (stamped with a clock at most one tick behind) shows as a new timestamp."""
+        try:
+            stat = os.stat(".")
+        except OSError:
+            return False
+        return self.empty == (stat.st_mtime_ns, stat.st_ctime_ns)
+
     def scan(self):
-        found, stack, size = {}, [""], 0
+        stat, now = os.stat("."), time.time_ns()
+        stamps = (stat.st_mtime_ns, stat.st_ctime_ns)
+        found, stack, size, seen = {}, [""], 0, 0
         while stack:
             folder = stack.pop()
             with os.scandir(folder or ".") as entries:
                 for entry in entries:
+                    seen += 1
                     path = folder + entry.name
                     if entry.is_dir(follow_symlinks=False):
                         stack.append(path + "/")
@@ -82,10 +98,14 @@ class _Files:
                     if len(found) > _MAX_SHARED_FILES or size > _MAX_SHARED_BYTES:
                         raise _NotPlain(f"the working directory holds more than {_MAX_SHARED_FILES} files "
                                         f"or {_MAX_SHARED_BYTES >> 20} MiB")  # fmt: skip
+        stable = not seen and now - max(stamps) > _STABLE_NS
+        self.empty = stamps if stable else None
         return found
 
     def changes(self):
         """[[path, hex contents or None (removed)], ...] since the last look."""
+        if self.empty is not None and not self.known and self.unchanged():
+            return []
         now = self.scan()
         changed = [[path, data.hex()] for path, data in now.items() if self.known.get(path) != data]
         changed += [[path, None] for path in self.known if path not in now]
@@ -137,6 +157,7 @@ class _ProgramContext:
         self.module_warnings = warnings
         self.files = _Files()
         self.random_state = None
+        self.printed = None
 
     def enter(self, context):
         """Apply the tests' side before a call; _BadWire if the context is malformed."""
@@ -164,8 +185,9 @@ class _ProgramContext:
         if self.fed is not None:
             sys.stdin = self.fed
         self.stdout = sys.stdout
-        self.printed = io.TextIOWrapper(io.BytesIO(), "utf-8", "surrogateescape", write_through=True)
-        sys.stdout = self.printed
+        if self.printed is None or self.printed.closed or self.printed.buffer.closed:
+            self.printed = io.TextIOWrapper(io.BytesIO(), "utf-8", "surrogateescape", write_through=True)
+        sys.stdout = self.printed  # one stream for every call, emptied after each (creating one costs more)
         self.catcher = self.module_warnings.catch_warnings(record=True)
         self.recorded = self.catcher.__enter__()
         self.module_warnings.simplefilter("always")  # the tests' filters decide what becomes of each
@@ -181,6 +203,9 @@ class _ProgramContext:
         try:
             printed.flush()
             output = printed.buffer.getvalue()
+            if output:
+                printed.buffer.seek(0)
+                printed.buffer.truncate()
             if len(output) > _MAX_CALL_OUTPUT:
                 return None, f"the call printed more than {_MAX_CALL_OUTPUT >> 20} MiB"
             if output:
