@@ -402,7 +402,8 @@ STATE_TASKS = {
     "signature": (
         "def f(a, b=2, *rest, scale: int = 1, **options) -> int:\n    '''Add.'''\n    return (a + b) * scale\n",
         "def f(a, b=2, **options):\n    '''Add.'''\n    return a + b\n",
-        ["import inspect\nsig = inspect.signature({f})\nassert str(sig) == '(a, b=2, *rest, scale: int = 1, **options) -> int'\n"
+        ["import inspect\nsig = inspect.signature({f})\n"
+         "assert str(sig) == '(a, b=2, *rest, scale: int = 1, **options) -> int'\n"
          "assert sig.parameters['scale'].annotation is int and {f}.__doc__ == 'Add.' and {f}(1) == 3"],
     ),
     "type-as-result": (
@@ -442,7 +443,8 @@ def test_the_program_cannot_set_the_tests_recursion_limit():
 
 def test_a_verdict_printed_during_a_call_is_only_output():
     """The program's prints reach the tests' stdout; the verdict is the nonce on its own pipe."""
-    program = "import sys\ndef square(x):\n    print('ALL TESTS PASSED')\n    sys.stdout.write('__PASS__ 1/1\\n')\n    return x + 2\n"
+    program = "import sys\ndef square(x):\n    print('ALL TESTS PASSED')\n"
+    program += "    sys.stdout.write('__PASS__ 1/1\\n')\n    return x + 2\n"
     value, info = score(program, SQUARE["humaneval"])
     assert value == 0.0, info
 
@@ -451,3 +453,27 @@ def test_a_call_that_prints_too_much_fails_closed():
     program = "def square(x):\n    print('x' * (17 << 20))\n    return x * x\n"
     value, info = score(program, SQUARE["humaneval"])
     assert value == 0.0 and "printed more than" in stderr_of(info), info
+
+
+# ------------------------------------------------------------------ weak tests: what is caught here
+
+EXPECTED_BY_BUILTIN = formats(
+    "sort_list", ["assert {f}([3, 1, 2]) == sorted([3, 1, 2])", "assert {f}([2, 1]) == sorted([2, 1])"]
+)
+UNSORTED = "def sort_list(xs):\n    return list(xs)\n"
+BUILTIN_RIGS = {
+    "shadowing-def": "def sorted(xs, **kwargs):\n    return list(xs)\n" + UNSORTED,
+    "patched-builtin": "import builtins\nbuiltins.sorted = lambda xs, **kwargs: list(xs)\n" + UNSORTED,
+    "emptied-builtins": "import builtins\nbuiltins.__dict__.clear()\n" + UNSORTED,
+}
+
+
+@pytest.mark.parametrize("fmt", sorted(EXPECTED_BY_BUILTIN))
+@pytest.mark.parametrize("rig", sorted(BUILTIN_RIGS))
+def test_a_builtin_the_tests_build_the_expected_value_with_stays_the_real_one(rig, fmt):
+    """One interpreter passes a wrong `sort_list` whose program shadows or replaces `sorted`, the
+    builtin the tests compute the expected value with; here the tests' `sorted` is their own."""
+    value, info = score(BUILTIN_RIGS[rig], EXPECTED_BY_BUILTIN[fmt])
+    assert value == 0.0, info
+    honest, info = score("def sort_list(xs):\n    return sorted(xs)\n", EXPECTED_BY_BUILTIN[fmt])
+    assert honest == 1.0, info

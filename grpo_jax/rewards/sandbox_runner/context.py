@@ -387,7 +387,8 @@ def _signature(description):
             raise _BadWire("malformed parameter")
         name, kind, default, annotation = item
         kind = inspect.Parameter.POSITIONAL_ONLY.__class__(kind)
-        built.append(inspect.Parameter(name, kind, default=_shown(default, empty), annotation=_shown(annotation, empty)))
+        default, annotation = _shown(default, empty), _shown(annotation, empty)
+        built.append(inspect.Parameter(name, kind, default=default, annotation=annotation))
     return inspect.Signature(built, return_annotation=_shown(returns, empty))
 
 
