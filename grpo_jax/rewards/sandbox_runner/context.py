@@ -18,7 +18,7 @@ import time
 
 from .wire import _BadWire, _Decoder, _Encoder, _NotPlain, _message
 
-_MAX_CALL_OUTPUT = 16 << 20  # characters a call may print (one interpreter would hand them to the tests)
+_MAX_CALL_OUTPUT = 16 << 20  # bytes a call may print (more fails the call: it would all cross the pipe)
 _MAX_SHARED_BYTES = 16 << 20  # bytes of files shared between the two working directories
 _MAX_SHARED_FILES = 1000
 _MAX_WARNINGS = 10_000  # warnings one call may raise

@@ -11,8 +11,9 @@ deeper than _MAX_DEPTH, or containing itself, is `_NotPlain` when encoded and `_
 anything malformed decodes to one of _DECODE_ERRORS, never to a value of another type. A raised
 exception travels as `_error_info`.
 
-The requests and replies built from these values (call, next, ready, ok, raise, items, bad) are
-written and read in `solution.py` and `judge.py`.
+The requests and replies built from these values (call, next, ready, ok, raise, items, bad, describe,
+described) are written and read in `solution.py` and `judge.py`; a call and its reply also carry the
+state of `context.py`.
 """
 
 import builtins
