@@ -5,7 +5,10 @@ These tests pin the places where that separation must not show: a function named
 program's own; an exception from the program cannot act as control flow, nor be swallowed, in the
 tests' process; arguments changed in place, identity, ordered containers and set order come back as
 they are; a main block, stderr, stdin by path, numpy, Fractions and generators work as in one
-interpreter. Each wrong program here must score 0 and each right one 1, in every test format that
+interpreter; the state the tests' process shares with a call (its prints, the stdin the tests feed, files
+in the working directory, `random`, the recursion limit, warnings, `from solution import`, signatures,
+builtin types as values) reaches the other side; a builtin the tests build an expected value with stays
+theirs. Each wrong program here must score 0 and each right one 1, in every test format that
 applies (HumanEval `check(candidate)`, an MBPP list of asserts, assert lines in one string).
 """
 

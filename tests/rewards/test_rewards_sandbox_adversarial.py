@@ -329,6 +329,37 @@ def test_a_well_formed_forged_report_is_just_an_answer():
     assert result.score == 1.0, result.info
 
 
+FORGE_DESCRIPTION = """\
+import sys
+_harness = sys._getframe(1).f_globals  # the solution's harness, which it controls
+_harness['_descriptions'] = lambda namespace, names: ['described', {{'f': {description!r}}}]
+def f(xs, t):
+    return 4
+"""
+SIGNATURE_TESTS = "import inspect\ndef check(c):\n    assert c([1], (2,)) == 4\n    inspect.signature(c)\n"
+FORGED_DESCRIPTIONS = {
+    "parameter-name-no-identifier": [[["1x", 1, None, None]], None, None],
+    "parameter-kind-unknown": [[["xs", 99, None, None]], None, None],
+    "default-malformed": [[["xs", 1, ["v", ["X", 1]], None]], None, None],
+    "not-a-list": {"xs": 1},
+}
+
+
+@pytest.mark.parametrize("forged", sorted(FORGED_DESCRIPTIONS))
+def test_forged_signatures_are_refused(forged):
+    """The program's signatures (sent when the tests name inspect) are decoded strictly too."""
+    body = FORGE_DESCRIPTION.format(description=FORGED_DESCRIPTIONS[forged])
+    result = code_reward("<think>x</think>```python\n" + body + "```", {"tests": SIGNATURE_TESTS, "entry_point": "f"})
+    assert result.score == 0.0, result.info
+    assert "sandbox_call_failed" in result.info["results"][0]["stderr_tail"], result.info
+
+
+def test_a_well_formed_forged_signature_is_just_a_signature():
+    body = FORGE_DESCRIPTION.format(description=[[["xs", 1, None, None], ["t", 1, ["v", ["I", "2"]], None]], None, "d"])
+    result = code_reward("<think>x</think>```python\n" + body + "```", {"tests": SIGNATURE_TESTS, "entry_point": "f"})
+    assert result.score == 1.0, result.info
+
+
 def test_defences_do_not_reject_honest_code():
     score, info = attack("import math, collections, json\ndef square(x):\n    return math.prod([x, x])\n")
     assert score == 1.0, info
