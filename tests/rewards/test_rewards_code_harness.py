@@ -5,7 +5,10 @@ These tests pin the places where that separation must not show: a function named
 program's own; an exception from the program cannot act as control flow, nor be swallowed, in the
 tests' process; arguments changed in place, identity, ordered containers and set order come back as
 they are; a main block, stderr, stdin by path, numpy, Fractions and generators work as in one
-interpreter. Each wrong program here must score 0 and each right one 1, in every test format that
+interpreter; the state the tests' process shares with a call (its prints, the stdin the tests feed, files
+in the working directory, `random`, the recursion limit, warnings, `from solution import`, signatures,
+builtin types as values) reaches the other side; a builtin the tests build an expected value with stays
+theirs. Each wrong program here must score 0 and each right one 1, in every test format that
 applies (HumanEval `check(candidate)`, an MBPP list of asserts, assert lines in one string).
 """
 
@@ -335,3 +338,145 @@ def test_numpy_is_importable_in_both_processes():
     tests = "import numpy\ntotal, half = f([1, 2, 3])\nassert total == 6 and half == numpy.float64(0.5)\n"
     value, info = score(program, {"tests": tests})
     assert value == 1.0, info
+
+
+# ------------------------------------------------------------------ the tests' process state reaches the calls
+
+# Each task: (right program, wrong program, assertion lines on `{f}`). One interpreter shares stdout,
+# stdin, the working directory, `random`, the recursion limit, warnings and sys.modules between the
+# tests and the program; the right program passes only if the harness carries that state, the wrong
+# one (a different output, no seed, ...) must fail.
+STATE_TASKS = {
+    "stdout-captured": (
+        "def f(x):\n    print('value', x)\n    return x\n",
+        "def f(x):\n    print('value', x + 1)\n    return x\n",
+        ["import io, contextlib\nbuf = io.StringIO()\nwith contextlib.redirect_stdout(buf):\n"
+         "    assert {f}(3) == 3\nassert buf.getvalue() == 'value 3\\n', buf.getvalue()"],
+    ),
+    "must-not-print": (
+        "def f(x):\n    return x * 2\n",
+        "def f(x):\n    print('debugging', x)\n    return x * 2\n",
+        ["import io, contextlib\nbuf = io.StringIO()\nwith contextlib.redirect_stdout(buf):\n"
+         "    assert {f}(3) == 6\nassert buf.getvalue() == ''"],
+    ),
+    "stdin-fed": (
+        "def f():\n    return int(input()) * 2\n",
+        "def f():\n    return 6\n",
+        ["import io, sys\nsys.stdin = io.StringIO('3\\n4\\n')\nassert {f}() == 6\nassert {f}() == 8\n"
+         "assert sys.stdin.read() == ''"],
+    ),
+    "file-written-by-the-tests": (
+        "def f(name):\n    with open(name) as handle:\n        return handle.read().upper()\n",
+        "def f(name):\n    return 'ABC'\n",
+        ["import os\nos.makedirs('data', exist_ok=True)\nfor text in ('abc', 'xyz'):\n"
+         "    with open('data/in.txt', 'w') as handle:\n        handle.write(text)\n"
+         "    assert {f}('data/in.txt') == text.upper()\n"
+         "os.remove('data/in.txt')\ntry:\n    {f}('data/in.txt')\nexcept FileNotFoundError:\n    pass\n"
+         "else:\n    assert False"],
+    ),
+    "file-written-by-the-program": (
+        "def f(name, text):\n    with open(name, 'w') as handle:\n        handle.write(text)\n",
+        "def f(name, text):\n    with open(name, 'w') as handle:\n        handle.write(text.upper())\n",
+        ["{f}('out.txt', 'hi')\nwith open('out.txt') as handle:\n    assert handle.read() == 'hi'"],
+    ),
+    "random-seeded": (
+        "import random\ndef f():\n    return random.randint(1, 10 ** 9)\n",
+        "import random\ndef f():\n    random.seed(1)\n    return random.randint(1, 10 ** 9)\n",
+        ["import random\nrandom.seed(0)\nfirst, second = random.randint(1, 10 ** 9), random.randint(1, 10 ** 9)\n"
+         "random.seed(0)\nassert {f}() == first\nassert random.randint(1, 10 ** 9) == second"],
+    ),
+    "recursion-limit-raised": (
+        "def f(n):\n    return 0 if n == 0 else 1 + f(n - 1)\n",
+        "def f(n):\n    return 0 if n == 0 else 2 + f(n - 1)\n",
+        ["import sys\nsys.setrecursionlimit(10 ** 5)\nassert {f}(20000) == 20000"],
+    ),
+    "warning-recorded": (
+        "import warnings\ndef f(x):\n    warnings.warn('x is old', DeprecationWarning)\n    return x\n",
+        "def f(x):\n    return x\n",
+        ["import warnings\nwith warnings.catch_warnings(record=True) as caught:\n    warnings.simplefilter('always')\n"
+         "    assert {f}(1) == 1\nassert len(caught) == 1 and caught[0].category is DeprecationWarning\n"
+         "assert str(caught[0].message) == 'x is old'"],
+    ),
+    "from-solution-import": (
+        "def f(x):\n    return x + 1\n",
+        "def f(x):\n    return x\n",
+        ["from solution import f as g\nimport solution\nassert g(1) == 2 and solution.f(2) == 3 and {f}(0) == 1"],
+    ),
+    "signature": (
+        "def f(a, b=2, *rest, scale: int = 1, **options) -> int:\n    '''Add.'''\n    return (a + b) * scale\n",
+        "def f(a, b=2, **options):\n    '''Add.'''\n    return a + b\n",
+        ["import inspect\nsig = inspect.signature({f})\n"
+         "assert str(sig) == '(a, b=2, *rest, scale: int = 1, **options) -> int'\n"
+         "assert sig.parameters['scale'].annotation is int and {f}.__doc__ == 'Add.' and {f}(1) == 3"],
+    ),
+    "type-as-result": (
+        "def f(x):\n    return type(x)\n",
+        "def f(x):\n    return str\n",
+        ["assert {f}(1) is int and {f}([]) == list and {f}(int) is type and {f}(ValueError) is type"],
+    ),
+}
+STATE_CASES = [(task, fmt) for task in sorted(STATE_TASKS) for fmt in ("humaneval", "mbpp", "assert-lines")]
+
+
+@pytest.mark.parametrize("task, fmt", STATE_CASES, ids=[f"{task}-{fmt}" for task, fmt in STATE_CASES])
+def test_the_tests_process_state_reaches_the_program(task, fmt):
+    right, wrong, lines = STATE_TASKS[task]
+    sample = formats("f", lines)[fmt]
+    value, info = score(right, sample)
+    assert value == 1.0, info
+    value, info = score(wrong, sample)
+    assert value == 0.0, info
+
+
+STATE_STAYS_TESTS = (
+    "import sys, random\nlimit = sys.getrecursionlimit()\nrandom.seed(5)\nfirst = random.random()\n"
+    "random.seed(5)\nassert f(1) == 1\nassert sys.getrecursionlimit() == limit\n"
+)
+
+
+def test_the_program_cannot_set_the_tests_recursion_limit():
+    """The limit crosses one way: a function that lowers it cannot make the tests' own code fail (or
+    raise it to crash them); its random draws, like its prints, do reach the tests."""
+    program = "import sys, random\ndef f(x):\n    sys.setrecursionlimit(60)\n    random.random()\n    return x\n"
+    value, info = score(program, {"tests": STATE_STAYS_TESTS + "assert random.random() != first\n"})
+    assert value == 1.0, info
+    value, info = score(program, {"tests": STATE_STAYS_TESTS + "assert random.random() == first\n"})
+    assert value == 0.0, info
+
+
+def test_a_verdict_printed_during_a_call_is_only_output():
+    """The program's prints reach the tests' stdout; the verdict is the nonce on its own pipe."""
+    program = "import sys\ndef square(x):\n    print('ALL TESTS PASSED')\n"
+    program += "    sys.stdout.write('__PASS__ 1/1\\n')\n    return x + 2\n"
+    value, info = score(program, SQUARE["humaneval"])
+    assert value == 0.0, info
+
+
+def test_a_call_that_prints_too_much_fails_closed():
+    program = "def square(x):\n    print('x' * (17 << 20))\n    return x * x\n"
+    value, info = score(program, SQUARE["humaneval"])
+    assert value == 0.0 and "printed more than" in stderr_of(info), info
+
+
+# ------------------------------------------------------------------ weak tests: what is caught here
+
+EXPECTED_BY_BUILTIN = formats(
+    "sort_list", ["assert {f}([3, 1, 2]) == sorted([3, 1, 2])", "assert {f}([2, 1]) == sorted([2, 1])"]
+)
+UNSORTED = "def sort_list(xs):\n    return list(xs)\n"
+BUILTIN_RIGS = {
+    "shadowing-def": "def sorted(xs, **kwargs):\n    return list(xs)\n" + UNSORTED,
+    "patched-builtin": "import builtins\nbuiltins.sorted = lambda xs, **kwargs: list(xs)\n" + UNSORTED,
+    "emptied-builtins": "import builtins\nbuiltins.__dict__.clear()\n" + UNSORTED,
+}
+
+
+@pytest.mark.parametrize("fmt", sorted(EXPECTED_BY_BUILTIN))
+@pytest.mark.parametrize("rig", sorted(BUILTIN_RIGS))
+def test_a_builtin_the_tests_build_the_expected_value_with_stays_the_real_one(rig, fmt):
+    """One interpreter passes a wrong `sort_list` whose program shadows or replaces `sorted`, the
+    builtin the tests compute the expected value with; here the tests' `sorted` is their own."""
+    value, info = score(BUILTIN_RIGS[rig], EXPECTED_BY_BUILTIN[fmt])
+    assert value == 0.0, info
+    honest, info = score("def sort_list(xs):\n    return sorted(xs)\n", EXPECTED_BY_BUILTIN[fmt])
+    assert honest == 1.0, info

@@ -292,6 +292,74 @@ def test_a_well_formed_forged_reply_is_just_an_answer():
     assert result.score == 1.0, result.info
 
 
+FORGE_CONTEXT = """\
+import sys
+_harness = sys._getframe(1).f_globals  # the solution's harness, which it controls
+_harness['_answer_in_context'] = lambda context, namespace, request, iterators: ['ok', ['I', '4'], [], {report!r}]
+def f(xs, t):
+    return 5  # wrong: only a forged reply can answer 4
+"""
+FORGED_REPORTS = {
+    # what a call did besides its value, forged: each must be refused
+    "not-a-dict": [],
+    "warning-of-no-warning-class": {"warnings": [["SystemExit", "m", "<solution>", 1]]},
+    "warning-of-no-builtin-class": {"warnings": [["__loader__", "m", "<solution>", 1]]},
+    "file-outside-the-directory": {"files": [["../escaped", "00"]]},
+    "file-by-absolute-path": {"files": [["/tmp/escaped", "00"]]},
+    "stdin-the-tests-did-not-feed": {"stdin": 3},
+    "random-state-malformed": {"random": [3, [1, 2], None]},
+    "stdout-not-text": {"stdout": ["S", "x"]},
+}
+
+
+@pytest.mark.parametrize("forged", sorted(FORGED_REPORTS))
+def test_forged_call_reports_are_refused(forged):
+    """What the program printed, read, wrote, drew and warned comes back with each reply; a forged
+    report is checked as strictly as a value and fails the case."""
+    body = FORGE_CONTEXT.format(report=FORGED_REPORTS[forged])
+    result = code_reward("<think>x</think>```python\n" + body + "```", {"tests": FORGED_TESTS, "entry_point": "f"})
+    assert result.score == 0.0, result.info
+    assert "sandbox_call_failed" in result.info["results"][0]["stderr_tail"], result.info
+
+
+def test_a_well_formed_forged_report_is_just_an_answer():
+    """The control for the test above: the forged route is in use, and a well-formed report passes."""
+    body = FORGE_CONTEXT.format(report={"stdout": "printed\n"})
+    result = code_reward("<think>x</think>```python\n" + body + "```", {"tests": FORGED_TESTS, "entry_point": "f"})
+    assert result.score == 1.0, result.info
+
+
+FORGE_DESCRIPTION = """\
+import sys
+_harness = sys._getframe(1).f_globals  # the solution's harness, which it controls
+_harness['_descriptions'] = lambda namespace, names: ['described', {{'f': {description!r}}}]
+def f(xs, t):
+    return 4
+"""
+SIGNATURE_TESTS = "import inspect\ndef check(c):\n    assert c([1], (2,)) == 4\n    inspect.signature(c)\n"
+FORGED_DESCRIPTIONS = {
+    "parameter-name-no-identifier": [[["1x", 1, None, None]], None, None],
+    "parameter-kind-unknown": [[["xs", 99, None, None]], None, None],
+    "default-malformed": [[["xs", 1, ["v", ["X", 1]], None]], None, None],
+    "not-a-list": {"xs": 1},
+}
+
+
+@pytest.mark.parametrize("forged", sorted(FORGED_DESCRIPTIONS))
+def test_forged_signatures_are_refused(forged):
+    """The program's signatures (sent when the tests name inspect) are decoded strictly too."""
+    body = FORGE_DESCRIPTION.format(description=FORGED_DESCRIPTIONS[forged])
+    result = code_reward("<think>x</think>```python\n" + body + "```", {"tests": SIGNATURE_TESTS, "entry_point": "f"})
+    assert result.score == 0.0, result.info
+    assert "sandbox_call_failed" in result.info["results"][0]["stderr_tail"], result.info
+
+
+def test_a_well_formed_forged_signature_is_just_a_signature():
+    body = FORGE_DESCRIPTION.format(description=[[["xs", 1, None, None], ["t", 1, ["v", ["I", "2"]], None]], None, "d"])
+    result = code_reward("<think>x</think>```python\n" + body + "```", {"tests": SIGNATURE_TESTS, "entry_point": "f"})
+    assert result.score == 1.0, result.info
+
+
 def test_defences_do_not_reject_honest_code():
     score, info = attack("import math, collections, json\ndef square(x):\n    return math.prod([x, x])\n")
     assert score == 1.0, info

@@ -106,10 +106,19 @@ def test_nesting_is_limited_both_ways():
         wire._Decoder().decode(message)
 
 
-@pytest.mark.parametrize("value", [object(), print, type, ValueError("x"), sys])
+@pytest.mark.parametrize("value", [object(), print, wire._Encoder, ValueError("x"), sys])
 def test_other_objects_are_not_plain_data(value):
     with pytest.raises(wire._NotPlain, match="is not plain data"):
         wire._Encoder().encode(value)
+
+
+def test_builtin_types_cross_by_name():
+    """`assert f() is int`: a builtin type arrives as itself; a name that is no public builtin type is refused."""
+    for kind in (int, list, type, ValueError, object):
+        assert wire._Decoder().decode(wire._Encoder().encode(kind)) is kind
+    for name in ("__loader__", "_x", "print", "len", "nothing", "a.b"):
+        with pytest.raises(wire._BadWire):
+            wire._Decoder().decode(["Ty", name])
 
 
 def test_a_defaultdict_with_a_factory_that_is_not_a_builtin_type_loses_its_default():

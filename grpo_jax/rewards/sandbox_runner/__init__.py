@@ -24,7 +24,8 @@ lives, and a reply that process forges is checked as strictly as any other. Wher
 would show, the protocol carries what one interpreter would share: containers are numbered, so
 aliasing survives and a result that is (or holds) an argument is the caller's own object; the
 arguments a call changed in place are sent back and written into the caller's objects; an iterator
-stays in the solution's process and is read as the tests iterate; an exception keeps its builtin
+stays in the solution's process and is read as the tests iterate; a call's prints, stdin reads,
+files, random draws and warnings reach the tests as in one interpreter; an exception keeps its builtin
 class, except those that would act as control flow in the tests' process (StopIteration) and
 BaseExceptions, which are recorded failures. Setup failures exit with status 121 and a line on stderr
 naming the layer, so the parent can tell a broken sandbox from a broken program and never runs code
@@ -39,6 +40,8 @@ The modules, in the order the bundle concatenates them (each imports only from t
   failure lines on stderr;
 - `wire`: the plain-data encoding and the length-prefixed JSON framing between the two processes of a
   tests run, with their size and depth limits;
+- `context`: what one interpreter shares between the tests and a call besides its values (stdout,
+  stdin, files in the working directory, `random`, the recursion limit, warnings), carried with it;
 - `confine`: rlimits, the allowed packages, no_new_privs, Landlock, the uid drop, seccomp, not dumpable;
 - `solution`: the solution's process (the `script` and `serve` roles);
 - `judge`: the tests' process (the `tests` role), which alone can pass a run;

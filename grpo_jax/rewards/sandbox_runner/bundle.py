@@ -15,7 +15,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-MODULES = ("job", "wire", "confine", "solution", "judge", "entry")  # dependencies first; `entry` runs main()
+MODULES = ("job", "wire", "context", "confine", "solution", "judge", "entry")  # dependencies first; `entry` runs main()
 _HERE = Path(__file__).parent
 _DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 _SCOPES = (*_DEFINITIONS, ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)  # own namespaces

@@ -8,6 +8,7 @@ import builtins
 import os
 import sys
 
+from .context import _signature, _solution_module, _TestsContext, _wants_descriptions
 from .job import CALL_FAILED_LINE, PEER_GONE
 from .solution import _main_module
 from .wire import (
@@ -16,6 +17,7 @@ from .wire import (
     _MAX_EXPORTS,
     _MUTABLE,
     _BadWire,
+    _NotPlain,
     _Decoder,
     _Encoder,
     _OrderedDict,
@@ -69,6 +71,7 @@ class _Channel:
         self.replies_fd, self.requests_fd = replies_fd, requests_fd
         self.failures = []
         self.calls = 0
+        self.context = None  # a _TestsContext once the tests' process is set up
 
     def fail(self, error):
         self.failures.append(error)
@@ -103,15 +106,42 @@ class _Channel:
         except Exception as e:  # _NotPlain, or a container whose iteration fails
             raise self.fail(_CallFailed(f"an argument to {name}() is not plain data: {_message(e)}")) from None
         self.calls += 1
-        self.send(["call", name, *encoded])
+        self.send(["call", name, *encoded, self.outgoing(name)])
         caller = (encoder.objects, encoder.tags)
         reply = self.receive()
         kind = reply[0] if type(reply) is list and reply else None
-        if kind == "ok" and len(reply) == 3:
-            return self.settle(name, caller, reply[2], lambda decoder: decoder.decode(reply[1]))
-        if kind == "raise" and len(reply) == 3:
-            raise self.settle(name, caller, reply[2], lambda decoder: self.error(name, reply[1]))
+        if kind == "ok" and len(reply) == 4:
+            value = self.settle(name, caller, reply[2], lambda decoder: decoder.decode(reply[1]))
+            self.incoming(name, reply[3])
+            return value
+        if kind == "raise" and len(reply) == 4:
+            error = self.settle(name, caller, reply[2], lambda decoder: self.error(name, reply[1]))
+            self.incoming(name, reply[3])
+            raise error
         raise self.fail(_CallFailed(_bad_reason(reply)))
+
+    def outgoing(self, name):
+        """What the tests changed of the state one interpreter would share with the call (context.py)."""
+        try:
+            return self.context.outgoing() if self.context is not None else {}
+        except Exception as e:  # too many or too large files, an unreadable one
+            raise self.fail(_CallFailed(f"the tests' state cannot be shared with {name}(): {_message(e)}")) from None
+
+    def incoming(self, name, report):
+        """Apply what the call printed, read, wrote, drew and warned (a warning may raise here, under
+        an "error" filter, as it would have inside the call)."""
+        try:
+            self.context.incoming(report)
+        except (*_DECODE_ERRORS, _NotPlain, OSError) as e:
+            raise self.fail(_CallFailed(f"the solution's process broke the protocol: {_message(e)}")) from None
+
+    def describe(self, names):
+        """{name: description} of the program's callables (see context._describe)."""
+        self.send(["describe", names])
+        reply = self.receive()
+        if not (type(reply) is list and len(reply) == 2 and reply[0] == "described" and type(reply[1]) is dict):
+            raise self.fail(_CallFailed(_bad_reason(reply)))
+        return reply[1]
 
     def next_items(self, name, handle, count, caller):
         """([items], end) of an iterator `name()` returned: end is None (more may follow), "done", or
@@ -310,6 +340,9 @@ def _run_tests(tests, entry_point, replies_fd, requests_fd, marker_fd, nonce, pa
         bound = _bindings(exports, channel, _shadowing(exports, entry_point, tests), packages)
         if entry_point and entry_point not in bound:
             raise channel.fail(_CallFailed(f"the program does not define {entry_point}()"))
+        channel.context = _TestsContext(tests)
+        _describe_stubs(channel, bound, tests)
+        sys.modules["solution"] = _solution_module(bound)
         scope.update(bound)
         _run_trusted(compile(tests, "<tests>", "exec"), scope)
         if entry_point:
@@ -325,6 +358,24 @@ def _run_tests(tests, entry_point, replies_fd, requests_fd, marker_fd, nonce, pa
         raise _CallFailed("the tests never called the program")
     sys.stdout.flush()
     os.write(marker_fd, nonce)
+
+
+def _describe_stubs(channel, bound, tests):
+    """Give the stubs the program's signatures and docstrings (`inspect.signature(candidate)`), when
+    the tests may read them: they name inspect or a signature (the description costs an import of
+    inspect on each side)."""
+    stubs = {name: value for name, value in bound.items() if not isinstance(value, type(sys))}
+    if not stubs or not _wants_descriptions(tests):
+        return
+    for name, description in channel.describe(sorted(stubs)).items():
+        if name not in stubs or description is None:
+            continue
+        try:
+            stubs[name].__signature__ = _signature(description)
+        except _DECODE_ERRORS as e:
+            raise channel.fail(_CallFailed(f"the solution's process broke the protocol: {e}")) from None
+        doc = description[2]
+        stubs[name].__doc__ = doc if type(doc) is str else None
 
 
 def _run_trusted(code, scope):

@@ -6,6 +6,7 @@ import builtins
 import os
 import sys
 
+from .context import _describe, _ProgramContext
 from .wire import (
     _MAX_BATCH,
     _MAX_ITERATORS,
@@ -21,6 +22,7 @@ from .wire import (
     _read_message,
     _write_message,
 )
+from .wire import _MAX_EXPORTS
 
 _MAIN_BLOCK_ENDED = "__sandbox_main_block_ended__"
 
@@ -119,6 +121,7 @@ def _serve(program, requests_fd, replies_fd):
     name), then answer calls and iterator requests until the tests' process closes the channel."""
     namespace = _main_module("solution.py")
     namespace[_MAIN_BLOCK_ENDED] = _main_block_ended
+    context = _ProgramContext()  # before the program runs: files it writes at its top level are shared
     exec(_compile_solution(program), namespace)
     namespace.pop(_MAIN_BLOCK_ENDED, None)
     _write_message(replies_fd, ["ready", _exports(namespace)])
@@ -129,8 +132,10 @@ def _serve(program, requests_fd, replies_fd):
         except EOFError:
             return
         kind = request[0] if type(request) is list and request else None
-        if kind == "call" and len(request) == 4:
-            reply = _answer(namespace, request, iterators)
+        if kind == "call" and len(request) == 5:
+            reply = _answer_in_context(context, namespace, request, iterators)
+        elif kind == "describe" and len(request) == 2:
+            reply = _descriptions(namespace, request[1])
         elif kind == "next" and len(request) == 3:
             reply = _next_items(request, iterators)
         else:
@@ -179,6 +184,40 @@ def _answer(namespace, request, iterators):
         return head + [arguments.states(encoder)]
     except Exception as e:
         return ["bad", f"an argument of {name}() holds data that is not plain after the call: {_message(e)}"]
+
+
+def _answer_in_context(context, namespace, request, iterators):
+    """`_answer` to ["call", name, args, kwargs, context], run as the tests' process left its state
+    (stdin, files, random, recursion limit: `context`), with what the call printed, read, wrote, drew
+    and warned reported after the reply's states."""
+    try:
+        context.enter(request[4])
+    except Exception as e:  # _BadWire, _NotPlain (too many files), an unwritable file
+        return ["bad", f"the call's context cannot be set up: {_message(e)}"]
+    try:
+        reply = _answer(namespace, request[:4], iterators)
+    finally:
+        report, failure = context.leave()
+    if failure is not None:
+        return ["bad", failure]
+    if type(reply) is list and reply and reply[0] in ("ok", "raise"):
+        return [*reply, report]
+    return reply
+
+
+def _descriptions(namespace, names):
+    """["described", {name: description}] for the program's callables `names` (see `_describe`)."""
+    if type(names) is not list:
+        return ["bad", "malformed request for descriptions"]
+    found = {}
+    for name in names[:_MAX_EXPORTS]:
+        function = namespace.get(name) if type(name) is str else None
+        if callable(function):
+            try:
+                found[name] = _describe(function)
+            except Exception:  # a signature or default whose repr fails: no description
+                pass
+    return ["described", found]
 
 
 def _hand_over(iterators, iterator, arguments):

@@ -3,7 +3,7 @@
 A message is 4 bytes of big-endian length and then that much ASCII JSON (lone surrogates travel as
 escapes); a frame over _MAX_FRAME_BYTES, or one that is not JSON, is `_BadWire`, and a closed channel is
 EOFError. A value is `[tag, payload]`: scalars (None, bool, int, float, complex, str, bytes, Fraction,
-Decimal, range; numpy scalars as the Python scalar they hold) and the builtin and `collections`
+Decimal, range, builtin types by name; numpy scalars as the Python scalar they hold) and the builtin and `collections`
 containers of them. Each container of a message is numbered depth first, and a later reference to it is
 `["R", n]`, so aliasing survives; `["A", n]` names the n-th container of the call's own request (an
 argument coming back), `["G", n]` an iterator that stays in the solution's process. A value nested
@@ -11,8 +11,9 @@ deeper than _MAX_DEPTH, or containing itself, is `_NotPlain` when encoded and `_
 anything malformed decodes to one of _DECODE_ERRORS, never to a value of another type. A raised
 exception travels as `_error_info`.
 
-The requests and replies built from these values (call, next, ready, ok, raise, items, bad) are
-written and read in `solution.py` and `judge.py`.
+The requests and replies built from these values (call, next, ready, ok, raise, items, bad, describe,
+described) are written and read in `solution.py` and `judge.py`; a call and its reply also carry the
+state of `context.py`.
 """
 
 import builtins
@@ -168,6 +169,8 @@ class _Encoder:
             return ["Rg", [format(n, "x") for n in (value.start, value.stop, value.step)]]
         if numpy is not None and isinstance(value, numpy.generic) and _scalar(value.item()) is not None:
             return _scalar(value.item())
+        if _builtin_type(getattr(value, "__name__", None)) is value:
+            return ["Ty", value.__name__]
         if self.hand_over is not None and hasattr(type(value), "__next__"):
             return ["G", self.hand_over(value)]
         raise _NotPlain(f"{type(value).__name__!r} is not plain data")
@@ -195,7 +198,18 @@ def _scalar_value(tag, payload):
             import fractions  # here: only a message that holds a Fraction needs the module
 
             return fractions.Fraction(int(payload[0], 16), int(payload[1], 16))
+    if tag == "Ty" and _builtin_type(payload) is not None:
+        return _builtin_type(payload)
     raise _BadWire(f"malformed value with tag {tag[:8]!r}")
+
+
+def _builtin_type(name):
+    """The builtin type (`int`, `list`, `ValueError`) of that public name, else None: a type crosses
+    by its name (`assert f() is int`)."""
+    if type(name) is not str or not name.isidentifier() or name.startswith("_"):
+        return None
+    kind = getattr(builtins, name, None)
+    return kind if isinstance(kind, type) else None
 
 
 class _InOrder:
