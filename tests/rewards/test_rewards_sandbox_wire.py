@@ -92,6 +92,18 @@ def test_a_mutable_container_subclass_with_its_own_methods_is_not_plain_data(bas
         wire._Encoder().encode([rigged()])
 
 
+def test_flat_lists_take_the_bulk_path_and_keep_their_numbering():
+    """Long lists of only ints (64-bit), finite floats or strs travel as JSON numbers or strings; an
+    alias of one is still a reference to it, and anything else goes item by item."""
+    ints, floats, strs = list(range(-8, 2**40, 2**36)), [i / 3 for i in range(20)], ["\udc80é"] * 20
+    encoded = wire._Encoder().encode([ints, floats, strs, ints])
+    assert [part[0] for part in encoded[1]] == ["Li", "Lf", "Ls", "R"]
+    back = round_trip([ints, floats, strs, ints])
+    assert back == [ints, floats, strs, ints] and back[3] is back[0]
+    for slow in ([2**64] * 20, [True] * 20, [1] * 10 + [1.0] * 10, [float("inf")] * 20, [1] * 15):
+        assert wire._Encoder().encode(slow)[0] == "L" and round_trip(slow) == slow
+
+
 def test_aliasing_survives_and_distinct_equal_containers_stay_distinct():
     shared = [1]
     back = round_trip([shared, shared, [1], {"k": shared}])
@@ -232,6 +244,14 @@ MALFORMED = {
     "negative reference": ["R", -1],
     "argument out of range": ["A", 0],
     "iterator without a channel": ["G", 0],
+    "shared without a table": ["H", 0],
+    "nan that was not sent": ["An", 0],
+    "nan met before nothing": ["Rn", 0],
+    "flat ints holding a str": ["Li", [1, "2"]],
+    "flat ints holding a bool": ["Li", [1, True]],
+    "flat floats holding an int": ["Lf", [1.5, 2]],
+    "flat strs not a list": ["Ls", "ab"],
+    "numpy dtype not allowed": ["Np", ["object", ["I", "1"]]],
 }
 
 

@@ -149,6 +149,8 @@ class _Channel:
 
     def forget(self):
         """[handle, ...] of the shared containers the tests no longer hold, taken out of the table."""
+        if not self.shared.objects:
+            return []
         handles, tags, values = self.shared.detach()
         _released(values)
         for handle, tag, value in zip(handles, tags, values):
@@ -202,6 +204,8 @@ class _Channel:
         """The decoded changes to shared containers of a reply's `share`, [changes, register, kept,
         dropped], after checking that each new handle names a mutable container of the reply (register)
         or of the request (kept), once, and is new, and each dropped one is shared."""
+        if share == [[], [], [], []]:  # the common case: nothing shared
+            return []
         if not (type(share) is list and len(share) == 4 and all(type(part) is list for part in share)):
             raise _BadWire("malformed share")
         changes = self.shared.decode_states(decoder, share[0])
@@ -225,6 +229,8 @@ class _Channel:
 
     def reshare(self, decoder, share, caller, changes):
         """Apply a checked `share`: write the changes, drop, then add the new handles."""
+        if share == [[], [], [], []]:
+            return
         self.shared.write(changes)
         for handle in share[3]:
             if handle in self.shared.objects:

@@ -199,6 +199,8 @@ def _share(shared, mine, theirs, values):
     request as in `theirs`), and the caller holds no other reference to them: those the program still
     holds get new handles ([[number, handle], ...] for each kind), and the shared containers it no
     longer holds are dropped ([handle, ...])."""
+    if not values and not shared.objects:
+        return [[], [], []]
     handles, tags, held = shared.detach()
     values[:0] = held
     del held

@@ -18,6 +18,7 @@ written and read in `solution.py` and `judge.py`.
 import builtins
 import collections  # already loaded by json (through re and functools): costs nothing here
 import json
+import math
 import operator
 import os
 import sys
@@ -125,6 +126,28 @@ def _contents(value, tag):
     return list(_CONTENTS[tag](value))
 
 
+_FLAT_MIN = 16  # shorter lists are not worth the check
+_FLAT_TYPES = {"Li": int, "Lf": float, "Ls": str}  # a flat list's tag -> the one type of its items
+_FLAT_TAGS = {kind: tag for tag, kind in _FLAT_TYPES.items()}
+
+
+def _flat_list(value):
+    """[tag, items] of a list whose items are all exact ints within 64 bits, all exact finite floats
+    or all exact strs: its items as JSON numbers or strings, parsed and checked in C on both sides
+    (the bulk path: a list of millions of numbers costs about what one interpreter's copy does);
+    else None. The list is numbered as any other."""
+    kinds = set(map(type, list.__iter__(value)))
+    if len(kinds) != 1:
+        return None
+    (kind,) = kinds
+    tag = _FLAT_TAGS.get(kind)
+    if tag == "Li" and not -(1 << 63) <= min(value) <= max(value) < (1 << 63):
+        return None
+    if tag == "Lf" and not all(map(math.isfinite, value)):
+        return None  # NaN keeps its identity (see nan); infinities are rare
+    return None if tag is None else [tag, list(value)]
+
+
 def _factory_name(factory):
     """A defaultdict's default factory by name, if it is a builtin type (else None: no default)."""
     return next((name for name, kind in _FACTORIES.items() if kind is factory), None)
@@ -171,6 +194,10 @@ class _Encoder:
         self.numbers[key] = len(self.objects)
         self.objects.append(value)
         self.tags.append(tag)
+        if tag == "L" and len(value) >= _FLAT_MIN:
+            flat = _flat_list(value)
+            if flat is not None:
+                return flat
         self.open.add(key)
         payload = self.body(value, tag, depth)
         self.open.discard(key)
@@ -354,6 +381,8 @@ class _Decoder:
             return payload
         if tag in _CONTAINER_TAGS:
             return self.container(tag, payload, depth)
+        if tag in _FLAT_TYPES:
+            return self.flat(tag, payload)
         if tag in ("A", "R", "G", "H", "An", "Rn"):
             return self.reference(tag, payload)
         value = _scalar_value(tag, payload)
@@ -382,6 +411,14 @@ class _Decoder:
         if numbered:
             self.objects[number] = value
         return value
+
+    def flat(self, tag, payload):
+        """A flat list (see _flat_list): the JSON list itself, once its items are checked."""
+        if type(payload) is not list or not set(map(type, payload)) <= {_FLAT_TYPES[tag]}:
+            raise _BadWire(f"malformed {tag} list")
+        self.objects.append(payload)
+        self.tags.append("L")
+        return payload
 
     def pair(self, pair, depth):
         if type(pair) is not list or len(pair) != 2:
@@ -530,9 +567,12 @@ def _released(values):
                 going = True
 
 
+_JSON_ENCODE = json.JSONEncoder(separators=(",", ":")).encode  # built once: a message costs no encoder
+
+
 def _write_message(fd, message, write=os.write):
     """One length-prefixed JSON message (ASCII: lone surrogates travel as escapes)."""
-    data = json.dumps(message, separators=(",", ":")).encode("ascii")
+    data = _JSON_ENCODE(message).encode("ascii")
     view = memoryview(len(data).to_bytes(4, "big") + data)
     while view:
         view = view[write(fd, view) :]
@@ -555,7 +595,7 @@ def _read_message(fd):
     if size > _MAX_FRAME_BYTES:
         raise _BadWire(f"message of {size} bytes")
     try:
-        return json.loads(_read_exact(fd, size))
+        return json.loads(_read_exact(fd, size).decode("ascii"))  # a str: no encoding to detect
     except (ValueError, RecursionError) as e:
         raise _BadWire(f"message is not JSON ({type(e).__name__})") from None
 
