@@ -29,7 +29,8 @@ from grpo_jax.rewards.base import MissingFieldError, RewardInputError, RewardRes
 from grpo_jax.rewards.format import assistant_turn, split_response
 from grpo_jax.rewards.sandbox import Isolation, Limits, SandboxResult, run_program
 
-CODE_VERSION = "4"  # 4: a think_prefilled row is read as "<think>" + completion (no </think>: no program)
+CODE_VERSION = "5"  # 5: state shared across calls, numpy scalars, NaN identity, exception attributes (sandbox.md)
+# 4: a think_prefilled row is read as "<think>" + completion (no </think>: no program)
 # 3: builtin-named functions under test, exceptions that cannot act as control flow, arguments
 # changed in place and identity written back, main blocks, stderr, stdin by path, numpy, generators (docs/sandbox.md)
 # 2: the tests run in their own process against plain-data results (nothing the program patches

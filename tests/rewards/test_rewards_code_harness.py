@@ -392,6 +392,8 @@ SHARED_TASKS = [
      "d = get()\nd['k'].append(1)\nd['k'].append(2)\nassert size() == 2\nd.clear()\nd['k'] = []\nassert size() == 0\n"),
     ("ROWS = [[0], [0]]\ndef rows():\n    return ROWS\ndef total():\n    return sum(r[0] for r in ROWS)\n",
      "r = rows()\nr[1][0] = 5\nr.append([1])\nassert total() == 6 and rows()[2] is r[2]\n"),
+    ("L = []\ndef get():\n    return L\ndef size():\n    return len(L)\n",  # not plain: no longer shared
+     "r = get()\nr.append(print)\nassert size() in (0, 1) and r[-1] is print and get() is not r\n"),
     ("def f(xs):\n    return xs\n",  # returned and dropped: nothing stays shared
      "for i in range(300):\n    a = [i]\n    assert f(a) is a\n"),
 ]

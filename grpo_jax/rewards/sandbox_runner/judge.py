@@ -25,6 +25,8 @@ from .wire import (
     _message,
     _read_message,
     _released,
+    _snapshot,
+    _unchanged,
     _write_back,
     _write_message,
 )
@@ -130,6 +132,7 @@ class _Channel:
         containers it changed are changed here too, in place. Before it, the new contents of the shared
         containers the tests changed go to the solution's process (see _Shared)."""
         with self.lock:
+            unplain = self.unplain()
             encoder = _Encoder(shared=self.shared)
             try:
                 incoming = self.shared.states(encoder)  # first: the solution decodes them first
@@ -137,7 +140,7 @@ class _Channel:
             except Exception as e:  # _NotPlain, or a container whose iteration fails
                 raise self.fail(_CallFailed(f"an argument to {name}() is not plain data: {_message(e)}")) from None
             self.calls += 1
-            self.send(["call", name, *encoded, [self.forget(), incoming]])
+            self.send(["call", name, *encoded, [unplain + self.forget(), incoming]])
             caller = (encoder.objects, encoder.tags, encoder.nans)
             reply = self.receive()
             kind = reply[0] if type(reply) is list and reply else None
@@ -146,6 +149,22 @@ class _Channel:
             if kind == "raise" and len(reply) == 4:
                 raise self.settle(name, caller, reply[2], lambda decoder: self.error(name, reply[1]), reply[3])
             raise self.fail(_CallFailed(_bad_reason(reply)))
+
+    def unplain(self):
+        """[handle, ...] of the shared containers into which the tests put something that is not plain
+        data (a function, an instance): they stop being shared, so the tests' change stays with the
+        tests (the program keeps the contents last sent), as in the call that passes no such data."""
+        gone = []
+        for handle, value in list(self.shared.objects.items()):
+            tag = self.shared.tags[handle]
+            if not _unchanged(_snapshot(value, tag), self.shared.before[handle]):
+                try:
+                    _Encoder(shared=self.shared).body(value, tag, 1)
+                except Exception:
+                    gone.append(handle)
+        for handle in gone:
+            self.shared.remove(handle)
+        return gone
 
     def forget(self):
         """[handle, ...] of the shared containers the tests no longer hold, taken out of the table."""
