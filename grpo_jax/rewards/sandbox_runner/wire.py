@@ -3,10 +3,13 @@
 A message is 4 bytes of big-endian length and then that much ASCII JSON (lone surrogates travel as
 escapes); a frame over _MAX_FRAME_BYTES, or one that is not JSON, is `_BadWire`, and a closed channel is
 EOFError. A value is `[tag, payload]`: scalars (None, bool, int, float, complex, str, bytes, Fraction,
-Decimal, range; numpy scalars as the Python scalar they hold) and the builtin and `collections`
-containers of them. Each container of a message is numbered depth first, and a later reference to it is
+Decimal, range; numpy scalars as themselves, `["Np", [dtype, scalar]]`) and the builtin and
+`collections` containers of them (a long flat list of ints, floats or strs as `["Li" | "Lf" | "Ls",
+items]`). Each container of a message is numbered depth first, and a later reference to it is
 `["R", n]`, so aliasing survives; `["A", n]` names the n-th container of the call's own request (an
-argument coming back), `["G", n]` an iterator that stays in the solution's process. A value nested
+argument coming back), `["H", n]` a container both processes share across calls (`_Shared`), `["G", n]`
+an iterator that stays in the solution's process; a NaN keeps its identity as `["An", n]` (the request's
+n-th NaN) and `["Rn", n]` (the message's). A value nested
 deeper than _MAX_DEPTH, or containing itself, is `_NotPlain` when encoded and `_BadWire` when decoded;
 anything malformed decodes to one of _DECODE_ERRORS, never to a value of another type. A raised
 exception travels as `_error_info`.
