@@ -356,8 +356,8 @@ def test_a_change_the_tests_make_to_a_result_reaches_the_program(fmt):
 
 @pytest.mark.parametrize("fmt", sorted(ZEROS))
 def test_a_mutable_default_argument_is_caught_by_tests_that_change_the_result(fmt):
-    value, info = score("def zeros(n, cache={}):\n    if n not in cache:\n        cache[n] = [0] * n\n    return cache[n]\n",
-                        ZEROS[fmt])  # fmt: skip
+    cached = "def zeros(n, cache={}):\n    if n not in cache:\n        cache[n] = [0] * n\n    return cache[n]\n"
+    value, info = score(cached, ZEROS[fmt])
     assert value == 0.0, info
     right, info = score("def zeros(n):\n    return [0] * n\n", ZEROS[fmt])
     assert right == 1.0, info
@@ -377,7 +377,8 @@ KEPT_ARGUMENT = formats("register", ["a = [1]\n{f}(a)\nbump()\nassert a == [1, 0
 
 @pytest.mark.parametrize("fmt", sorted(KEPT_ARGUMENT))
 def test_an_argument_the_program_keeps_and_changes_later_is_changed_for_the_tests(fmt):
-    program = "STORE = []\ndef register(xs):\n    STORE.append({})\ndef bump():\n    for xs in STORE:\n        xs.append(0)\n"
+    program = "STORE = []\ndef register(xs):\n    STORE.append({})\n"
+    program += "def bump():\n    for xs in STORE:\n        xs.append(0)\n"
     value, info = score(program.format("xs"), KEPT_ARGUMENT[fmt])
     assert value == 1.0, info
     copy, info = score(program.format("list(xs)"), KEPT_ARGUMENT[fmt])
@@ -394,6 +395,10 @@ SHARED_TASKS = [
      "r = rows()\nr[1][0] = 5\nr.append([1])\nassert total() == 6 and rows()[2] is r[2]\n"),
     ("L = []\ndef get():\n    return L\ndef size():\n    return len(L)\n",  # not plain: no longer shared
      "r = get()\nr.append(print)\nassert size() in (0, 1) and r[-1] is print and get() is not r\n"),
+    ("KEEP = []\ndef f(i):\n    KEEP.append([i])\n    return KEEP[-1]\n",  # more than the table holds
+     "held = [f(i) for i in range(300)]\nfor h in held:\n    h.append(0)\nassert f(7) == [7] and held[299] == [299, 0]\n"),
+    ("KEEP = {}\ndef f(i):\n    return KEEP.setdefault(i % 5, [i % 5])\ndef g(i):\n    return KEEP[i]\n",  # pruned
+     "for i in range(400):\n    r = f(i)\n    assert r[0] == i % 5\n    r.append(i)\n    assert g(i % 5)[-1] == i\n"),
     ("def f(xs):\n    return xs\n",  # returned and dropped: nothing stays shared
      "for i in range(300):\n    a = [i]\n    assert f(a) is a\n"),
 ]
@@ -454,8 +459,9 @@ def test_a_container_subclass_with_its_own_methods_fails_the_call(fmt):
     assert value == 0.0 and "list subclass with its own methods" in stderr_of(info), info
 
 
-ERROR_CODE = formats("fetch", ["try:\n    {f}(404)\nexcept ValueError as e:\n    assert e.code == 404 and str(e) == 'HTTP 404'\n"
-                               "else:\n    assert False"])  # fmt: skip
+ERROR_CODE = formats("fetch", [
+    "try:\n    {f}(404)\nexcept ValueError as e:\n    assert e.code == 404 and str(e) == 'HTTP 404'\nelse:\n    assert False"
+])  # fmt: skip
 HTTP_ERROR = (
     "class HTTPError(ValueError):\n    def __init__(self, code):\n        super().__init__('failed')\n"
     "        self.code = code\n    def __str__(self):\n        return f'HTTP {self.code}'\n"

@@ -25,8 +25,6 @@ from .wire import (
     _message,
     _read_message,
     _released,
-    _snapshot,
-    _unchanged,
     _write_back,
     _write_message,
 )
@@ -132,10 +130,10 @@ class _Channel:
         containers it changed are changed here too, in place. Before it, the new contents of the shared
         containers the tests changed go to the solution's process (see _Shared)."""
         with self.lock:
-            unplain = self.unplain()
+            unplain = []  # shared containers the tests gave data that is not plain: no longer shared
             encoder = _Encoder(shared=self.shared)
             try:
-                incoming = self.shared.states(encoder)  # first: the solution decodes them first
+                incoming = self.shared.states(encoder, unplain)  # first: the solution decodes them first
                 encoded = [encoder.encode(a) for a in args], [[k, encoder.encode(v)] for k, v in kwargs.items()]
             except Exception as e:  # _NotPlain, or a container whose iteration fails
                 raise self.fail(_CallFailed(f"an argument to {name}() is not plain data: {_message(e)}")) from None
@@ -150,31 +148,16 @@ class _Channel:
                 raise self.settle(name, caller, reply[2], lambda decoder: self.error(name, reply[1]), reply[3])
             raise self.fail(_CallFailed(_bad_reason(reply)))
 
-    def unplain(self):
-        """[handle, ...] of the shared containers into which the tests put something that is not plain
-        data (a function, an instance): they stop being shared, so the tests' change stays with the
-        tests (the program keeps the contents last sent), as in the call that passes no such data."""
-        gone = []
-        for handle, value in list(self.shared.objects.items()):
-            tag = self.shared.tags[handle]
-            if not _unchanged(_snapshot(value, tag), self.shared.before[handle]):
-                try:
-                    _Encoder(shared=self.shared).body(value, tag, 1)
-                except Exception:
-                    gone.append(handle)
-        for handle in gone:
-            self.shared.remove(handle)
-        return gone
-
     def forget(self):
         """[handle, ...] of the shared containers the tests no longer hold, taken out of the table."""
-        if not self.shared.objects:
+        if not self.shared.due():
             return []
         handles, tags, values = self.shared.detach()
         _released(values)
         for handle, tag, value in zip(handles, tags, values):
             if value is not None:
                 self.shared.add(handle, value, tag)
+        self.shared.pruned = len(self.shared.objects)
         return [handle for handle, value in zip(handles, values) if value is None]
 
     def next_items(self, name, handle, count, caller):
@@ -240,10 +223,10 @@ class _Channel:
                     raise _BadWire("a handle that is not new")
                 seen.add(id(objects[number]))
                 handles.add(handle)
-        if len(self.shared.objects) + len(handles) > _MAX_SHARED:
-            raise _BadWire("too many shared containers")
         if not all(type(handle) is int and handle in self.shared.objects for handle in share[3]):
             raise _BadWire("a dropped handle that is not shared")
+        if len(self.shared.objects) - len(set(share[3])) + len(handles) > _MAX_SHARED:
+            raise _BadWire("too many shared containers")
         return changes
 
     def reshare(self, decoder, share, caller, changes):

@@ -201,7 +201,7 @@ def _share(shared, mine, theirs, values):
     longer holds are dropped ([handle, ...])."""
     if not values and not shared.objects:
         return [[], [], []]
-    handles, tags, held = shared.detach()
+    handles, tags, held = shared.detach() if shared.due() else ([], [], [])
     values[:0] = held
     del held
     _released(values)
@@ -209,6 +209,8 @@ def _share(shared, mine, theirs, values):
     for handle, tag, value in zip(handles, tags, values):
         if value is not None:
             shared.add(handle, value, tag)
+    if handles:
+        shared.pruned = len(shared.objects)
     new = [[], []]
     for which, (number, tag), value in zip([0] * len(mine) + [1] * len(theirs), mine + theirs, values[len(handles) :]):
         if value is not None and shared.room(value, tag):

@@ -31,8 +31,9 @@ _MAX_FRAME_BYTES = 256 << 20
 _MAX_EXPORTS = 10_000
 _MAX_ITERATORS = 100_000  # live iterators one solution's process may hand over
 _MAX_BATCH = 1024  # items of an iterator fetched per round trip (the batch doubles from 1)
-_MAX_SHARED = 1_000  # containers both processes hold under one handle (see _Shared) ...
-_MAX_SHARED_ITEMS = 100_000  # ... and their items, all told: each call compares them, both sides
+_MAX_SHARED = 128  # containers both processes hold under one handle (see _Shared) ...
+_MAX_SHARED_ITEMS = 10_000  # ... and their items, all told: each call compares them, both sides
+_PRUNE_EVERY = 64  # calls between looks for shared containers no longer held (also when the table doubles)
 _OrderedDict, _Counter, _defaultdict, _deque = (
     collections.OrderedDict, collections.Counter, collections.defaultdict, collections.deque
 )  # fmt: skip
@@ -458,8 +459,8 @@ def _snapshot(value, tag):
 
 
 def _unchanged(now, before):
-    """Whether two snapshots hold the same objects in the same order."""
-    return len(now) == len(before) and all(map(operator.is_, now, before))
+    """Whether two snapshots (or a list and its snapshot) hold the same objects in the same order."""
+    return list.__len__(now) == len(before) and all(map(operator.is_, list.__iter__(now), before))
 
 
 def _write_back(target, tag, new):
@@ -492,13 +493,24 @@ class _Shared:
     keeps its own object for a handle and what it held when last synced; before a call the tests' side
     sends the new contents of those the tests changed, after it the solution's side those the program
     changed, and a shared container met in a message travels as ["H", handle]. A container that only
-    the harness still holds on one side is dropped (see `_released`); at most _MAX_SHARED containers
-    and _MAX_SHARED_ITEMS items are shared (past that, new ones cross by value only)."""
+    the harness still holds on one side is dropped (see `_released`) when the table is pruned (`due`);
+    at most _MAX_SHARED containers and _MAX_SHARED_ITEMS items are shared (past that, new ones cross
+    by value only)."""
 
     def __init__(self):
         self.objects, self.tags, self.before, self.ids = {}, {}, {}, {}
         self.items = 0
         self.next = 0  # the next handle (the solution's side numbers them)
+        self.pruned, self.calls = 0, 0  # the table's size when last pruned, calls since
+
+    def due(self):
+        """Whether to look for containers no longer held now: when the table has doubled since the last
+        look, or every _PRUNE_EVERY calls. A container kept longer only costs its comparison."""
+        self.calls += 1
+        if not self.objects or (len(self.objects) < 2 * self.pruned + 8 and self.calls < _PRUNE_EVERY):
+            return False
+        self.calls = 0
+        return True
 
     def room(self, value, tag):
         return len(self.objects) < _MAX_SHARED and self.items + len(_contents(value, tag)) <= _MAX_SHARED_ITEMS
@@ -520,15 +532,25 @@ class _Shared:
         del self.tags[handle], self.ids[id(value)]
         self.items -= len(self.before.pop(handle))
 
-    def states(self, encoder):
-        """[[handle, [tag, new contents]], ...] of the containers changed since the last look."""
-        states = []
+    def states(self, encoder, unplain=None):
+        """[[handle, [tag, new contents]], ...] of the containers changed since the last look. With a
+        list `unplain`, a container that now holds data that is not plain leaves the table, its handle
+        added to the list, instead of raising _NotPlain."""
+        states, tags, before = [], self.tags, self.before
         for handle, value in self.objects.items():
-            tag, now = self.tags[handle], _snapshot(value, self.tags[handle])
-            if not _unchanged(now, self.before[handle]):
+            tag = tags[handle]
+            if tag == "L" and _unchanged(value, before[handle]):  # a list compares as it is, unsnapshotted
+                continue
+            now = _snapshot(value, tag)
+            if not _unchanged(now, before[handle]):
+                if unplain is not None and not _plain_contents(self, value, tag):
+                    unplain.append(handle)
+                    continue
                 states.append([handle, [tag, encoder.body(value, tag, 1)]])
                 self.items += len(now) - len(self.before[handle])
                 self.before[handle] = now
+        for handle in unplain or ():
+            self.remove(handle)
         return states
 
     def decode_states(self, decoder, states):
@@ -555,6 +577,15 @@ class _Shared:
             now = _snapshot(value, tag)
             self.items += len(now) - len(self.before[handle])
             self.before[handle] = now
+
+
+def _plain_contents(shared, value, tag):
+    """Whether a container's contents encode (into a message of their own, thrown away)."""
+    try:
+        _Encoder(shared=shared).body(value, tag, 1)
+    except Exception:
+        return False
+    return True
 
 
 def _released(values):
