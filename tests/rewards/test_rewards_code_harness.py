@@ -4,8 +4,10 @@ The tests run in their own process against stubs of the program's functions (see
 These tests pin the places where that separation must not show: a function named like a builtin is the
 program's own; an exception from the program cannot act as control flow, nor be swallowed, in the
 tests' process; arguments changed in place, identity, ordered containers and set order come back as
-they are; a main block, stderr, stdin by path, numpy, Fractions and generators work as in one
-interpreter. Each wrong program here must score 0 and each right one 1, in every test format that
+they are; state the program keeps is shared across calls both ways; NaN identity, numpy scalars and an
+exception's attributes survive the trip; calls from several threads are answered in turn; a container
+subclass with its own methods fails the call; a main block, stderr, stdin by path, numpy, Fractions and
+generators work as in one interpreter. Each wrong program here must score 0 and each right one 1, in every test format that
 applies (HumanEval `check(candidate)`, an MBPP list of asserts, assert lines in one string).
 """
 
