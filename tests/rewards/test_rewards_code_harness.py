@@ -7,8 +7,9 @@ tests' process; arguments changed in place, identity, ordered containers and set
 they are; state the program keeps is shared across calls both ways; NaN identity, numpy scalars and an
 exception's attributes survive the trip; calls from several threads are answered in turn; a container
 subclass with its own methods fails the call; a main block, stderr, stdin by path, numpy, Fractions and
-generators work as in one interpreter. Each wrong program here must score 0 and each right one 1, in every test format that
-applies (HumanEval `check(candidate)`, an MBPP list of asserts, assert lines in one string).
+generators work as in one interpreter. Each wrong program here must score 0 and each right one 1, in
+every test format that applies (HumanEval `check(candidate)`, an MBPP list of asserts, assert lines in
+one string).
 """
 
 import importlib.util
@@ -398,7 +399,8 @@ SHARED_TASKS = [
     ("L = []\ndef get():\n    return L\ndef size():\n    return len(L)\n",  # not plain: no longer shared
      "r = get()\nr.append(print)\nassert size() in (0, 1) and r[-1] is print and get() is not r\n"),
     ("KEEP = []\ndef f(i):\n    KEEP.append([i])\n    return KEEP[-1]\n",  # more than the table holds
-     "held = [f(i) for i in range(300)]\nfor h in held:\n    h.append(0)\nassert f(7) == [7] and held[299] == [299, 0]\n"),
+     "held = [f(i) for i in range(300)]\nfor h in held:\n    h.append(0)\n"
+     "assert f(7) == [7] and held[299] == [299, 0]\n"),
     ("KEEP = {}\ndef f(i):\n    return KEEP.setdefault(i % 5, [i % 5])\ndef g(i):\n    return KEEP[i]\n",  # pruned
      "for i in range(400):\n    r = f(i)\n    assert r[0] == i % 5\n    r.append(i)\n    assert g(i % 5)[-1] == i\n"),
     ("def f(xs):\n    return xs\n",  # returned and dropped: nothing stays shared
@@ -410,6 +412,13 @@ SHARED_TASKS = [
 def test_state_shared_across_calls_behaves_as_in_one_interpreter(program, tests):
     value, info = score(program, {"tests": tests})
     assert value == 1.0, info
+
+
+def test_a_shared_container_the_program_fills_with_data_that_is_not_plain_fails_the_call():
+    """Closed: otherwise a program could stop sharing its board and so shed the tests' later changes."""
+    program = "BOARD = [0]\ndef get():\n    return BOARD\ndef spoil():\n    BOARD.append(print)\n    return 1\n"
+    value, info = score(program, {"tests": "b = get()\ntry:\n    spoil()\nexcept Exception:\n    pass\n"})
+    assert value == 0.0 and "spoil() or a container it shares holds data that is not plain" in stderr_of(info), info
 
 
 # ------------------------------------------------------------------ values that keep what they are
@@ -462,7 +471,8 @@ def test_a_container_subclass_with_its_own_methods_fails_the_call(fmt):
 
 
 ERROR_CODE = formats("fetch", [
-    "try:\n    {f}(404)\nexcept ValueError as e:\n    assert e.code == 404 and str(e) == 'HTTP 404'\nelse:\n    assert False"
+    "try:\n    {f}(404)\nexcept ValueError as e:\n    assert e.code == 404 and str(e) == 'HTTP 404'\n"
+    "else:\n    assert False"
 ])  # fmt: skip
 HTTP_ERROR = (
     "class HTTPError(ValueError):\n    def __init__(self, code):\n        super().__init__('failed')\n"

@@ -183,7 +183,8 @@ def _answer(namespace, request, iterators, shared):
         head += [arguments.states(encoder)]
         outgoing = shared.states(encoder)
     except Exception as e:
-        return ["bad", f"an argument of {name}() holds data that is not plain after the call: {_message(e)}"]
+        where = f"an argument of {name}() or a container it shares"
+        return ["bad", f"{where} holds data that is not plain after the call: {_message(e)}"]
     mine = [(n, t) for n, t in enumerate(encoder.tags) if t in _MUTABLE]
     theirs = []  # the arguments, unless an iterator the call returned still reads them
     if len(iterators) == handed:
