@@ -40,8 +40,8 @@ from grpo_jax.rewards.sandbox import Isolation, Limits, SandboxResult, run_progr
 CODE_VERSION = "5"  # 5: the block that defines the function under test is the program; fences inside
 # strings; no IPC object or installed package other than the allowed ones reachable; multiprocessing
 # works in the run's own /dev/shm; the tests' stdout, stdin, files, random state, recursion limit and
-# warnings reach the program's calls; `from solution import`, signatures, builtin types as values
-# (docs/sandbox.md)
+# warnings reach the program's calls; `from solution import`, signatures, builtin types as values;
+# state shared across calls, numpy scalars, NaN identity, exception attributes (docs/sandbox.md)
 # 4: a think_prefilled row is read as "<think>" + completion (no </think>: no program)
 # 3: builtin-named functions under test, exceptions that cannot act as control flow, arguments
 # changed in place and identity written back, main blocks, stderr, stdin by path, numpy, generators (docs/sandbox.md)

@@ -244,21 +244,31 @@ def test_fake_pass_marker():
 FORGE_REPLY = """\
 import sys
 _harness = sys._getframe(1).f_globals  # the solution's harness, which it controls
-_harness['_answer'] = lambda namespace, request, iterators: {reply!r}
+_harness['_answer'] = lambda *arguments: {reply!r}
 def f(xs, t):
     return 5  # wrong: only a forged reply can answer 4
 """
+NO_SHARE = [[], [], [], []]  # no shared containers changed, registered or dropped
 FORGED_REPLIES = {
     # each carries the right answer 4, with something the tests' process must refuse
-    "state-for-no-argument": ["ok", ["I", "4"], [[5, ["L", []]]]],
-    "state-for-a-tuple": ["ok", ["I", "4"], [[1, ["T", []]]]],
-    "state-of-another-kind": ["ok", ["I", "4"], [[0, ["D", []]]]],
-    "state-twice": ["ok", ["I", "4"], [[0, ["L", []]], [0, ["L", []]]]],
-    "argument-out-of-range": ["ok", ["T", [["I", "4"], ["A", 7]]], []],
-    "reference-to-itself": ["ok", ["T", [["I", "4"], ["L", [["R", 1]]]]], []],
-    "set-with-equal-elements": ["ok", ["T", [["I", "4"], ["E", [["I", "1"], ["I", "1"]]]]], []],
-    "exception-of-no-builtin-class": ["raise", ["X", "NotABuiltin", "m", None], []],
-    "iterator-that-does-not-exist": ["ok", ["T", [["I", "4"], ["G", 99]]], []],
+    "state-for-no-argument": ["ok", ["I", "4"], [[5, ["L", []]]], NO_SHARE],
+    "state-for-a-tuple": ["ok", ["I", "4"], [[1, ["T", []]]], NO_SHARE],
+    "state-of-another-kind": ["ok", ["I", "4"], [[0, ["D", []]]], NO_SHARE],
+    "state-twice": ["ok", ["I", "4"], [[0, ["L", []]], [0, ["L", []]]], NO_SHARE],
+    "argument-out-of-range": ["ok", ["T", [["I", "4"], ["A", 7]]], [], NO_SHARE],
+    "reference-to-itself": ["ok", ["T", [["I", "4"], ["L", [["R", 1]]]]], [], NO_SHARE],
+    "set-with-equal-elements": ["ok", ["T", [["I", "4"], ["E", [["I", "1"], ["I", "1"]]]]], [], NO_SHARE],
+    "exception-of-no-builtin-class": ["raise", ["X", "NotABuiltin", "m", None, []], [], NO_SHARE],
+    "iterator-that-does-not-exist": ["ok", ["T", [["I", "4"], ["G", 99]]], [], NO_SHARE],
+    "shared-that-does-not-exist": ["ok", ["T", [["I", "4"], ["H", 3]]], [], NO_SHARE],
+    "nan-that-was-not-sent": ["ok", ["T", [["I", "4"], ["An", 0]]], [], NO_SHARE],
+    "state-for-no-shared-container": ["ok", ["I", "4"], [], [[[0, ["L", []]]], [], [], []]],
+    "handle-for-a-tuple": ["ok", ["T", [["I", "4"]]], [], [[], [[0, 0]], [], []]],
+    "handle-for-an-immutable-argument": ["ok", ["I", "4"], [], [[], [], [[1, 0]], []]],
+    "handle-twice": ["ok", ["T", [["I", "4"], ["L", []]]], [], [[], [[1, 0]], [[0, 0]], []]],
+    "drop-of-nothing": ["ok", ["I", "4"], [], [[], [], [], [0]]],
+    "numpy-scalar-out-of-range": ["ok", ["T", [["I", "4"], ["Np", ["int8", ["I", "400"]]]]], [], NO_SHARE],
+    "reply-without-share": ["ok", ["I", "4"], []],
 }
 FORGED_TESTS = """\
 def check(c):
@@ -287,7 +297,7 @@ def test_forged_replies_are_refused(forged):
 def test_a_well_formed_forged_reply_is_just_an_answer():
     """The control for the test above: the forged route is in use (the real `f` is wrong), and a
     well-formed reply through it passes."""
-    body = FORGE_REPLY.format(reply=["ok", ["I", "4"], [[0, ["L", [["I", "1"]]]]]])
+    body = FORGE_REPLY.format(reply=["ok", ["I", "4"], [[0, ["L", [["I", "1"]]]]], NO_SHARE])
     result = code_reward("<think>x</think>```python\n" + body + "```", {"tests": FORGED_TESTS, "entry_point": "f"})
     assert result.score == 1.0, result.info
 
@@ -295,7 +305,7 @@ def test_a_well_formed_forged_reply_is_just_an_answer():
 FORGE_CONTEXT = """\
 import sys
 _harness = sys._getframe(1).f_globals  # the solution's harness, which it controls
-_harness['_answer_in_context'] = lambda context, namespace, request, iterators: ['ok', ['I', '4'], [], {report!r}]
+_harness['_answer_in_context'] = lambda *arguments: ['ok', ['I', '4'], [], [[], [], [], []], {report!r}]
 def f(xs, t):
     return 5  # wrong: only a forged reply can answer 4
 """

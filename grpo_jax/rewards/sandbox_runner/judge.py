@@ -7,6 +7,8 @@ at least one was made.
 import builtins
 import os
 import sys
+import threading
+import weakref
 
 from .context import _signature, _solution_module, _TestsContext, _wants_descriptions
 from .job import CALL_FAILED_LINE, PEER_GONE
@@ -15,15 +17,17 @@ from .wire import (
     _DECODE_ERRORS,
     _MAX_BATCH,
     _MAX_EXPORTS,
+    _MAX_SHARED,
     _MUTABLE,
     _BadWire,
     _NotPlain,
     _Decoder,
     _Encoder,
-    _OrderedDict,
-    _deque,
+    _Shared,
     _message,
     _read_message,
+    _released,
+    _write_back,
     _write_message,
 )
 
@@ -41,6 +45,31 @@ class _PeerGone(_CallFailed):
 
 _CONTROL_FLOW = (StopIteration, StopAsyncIteration)  # end an iteration when raised by a callback (map, iter)
 _STAND_INS = {}
+_MESSAGES = weakref.WeakKeyDictionary()  # stand-in exception -> its str() in the solution's process
+
+
+def _sent_message(error):
+    """str() of a stand-in exception: the solution's own str() of it, where that differed from what its
+    arguments give (a custom __str__)."""
+    message = _MESSAGES.get(error)
+    return message if message is not None else type(error).__mro__[1].__str__(error)
+
+
+def _restore_attributes(error, attributes):
+    """Set the plain-data attributes the solution's exception carried (`e.code`); dunders, malformed
+    entries and attributes the class refuses (a read-only property) are skipped."""
+    if type(attributes) is not list:
+        raise _BadWire("malformed exception attributes")
+    for item in attributes[:100]:
+        if not (type(item) is list and len(item) == 2 and type(item[0]) is str):
+            raise _BadWire("malformed exception attribute")
+        name, value = item
+        if name.isidentifier() and not name.startswith("__"):
+            value = _Decoder().decode(value)
+            try:
+                setattr(error, name, value)
+            except Exception:
+                pass
 
 
 def _stand_in(type_name, kind):
@@ -50,7 +79,7 @@ def _stand_in(type_name, kind):
     key = (type_name, kind)
     if key not in _STAND_INS:
         try:
-            _STAND_INS[key] = type(type_name, (kind,), {"__module__": "solution"})
+            _STAND_INS[key] = type(type_name, (kind,), {"__module__": "solution", "__str__": _sent_message})
         except TypeError:  # not a valid class name
             _STAND_INS[key] = kind
     return _STAND_INS[key]
@@ -72,6 +101,8 @@ class _Channel:
         self.failures = []
         self.calls = 0
         self.context = None  # a _TestsContext once the tests' process is set up
+        self.shared = _Shared()
+        self.lock = threading.RLock()  # tests may call from several threads: one round trip at a time
 
     def fail(self, error):
         self.failures.append(error)
@@ -99,26 +130,44 @@ class _Channel:
 
     def call(self, name, args, kwargs):
         """The solution's `name(*args, **kwargs)`: its value, or the exception it raised; the argument
-        containers it changed are changed here too, in place."""
-        encoder = _Encoder()
-        try:
-            encoded = [encoder.encode(a) for a in args], [[k, encoder.encode(v)] for k, v in kwargs.items()]
-        except Exception as e:  # _NotPlain, or a container whose iteration fails
-            raise self.fail(_CallFailed(f"an argument to {name}() is not plain data: {_message(e)}")) from None
-        self.calls += 1
-        self.send(["call", name, *encoded, self.outgoing(name)])
-        caller = (encoder.objects, encoder.tags)
-        reply = self.receive()
-        kind = reply[0] if type(reply) is list and reply else None
-        if kind == "ok" and len(reply) == 4:
-            value = self.settle(name, caller, reply[2], lambda decoder: decoder.decode(reply[1]))
-            self.incoming(name, reply[3])
-            return value
-        if kind == "raise" and len(reply) == 4:
-            error = self.settle(name, caller, reply[2], lambda decoder: self.error(name, reply[1]))
-            self.incoming(name, reply[3])
-            raise error
-        raise self.fail(_CallFailed(_bad_reason(reply)))
+        containers it changed are changed here too, in place. Before it, the new contents of the shared
+        containers the tests changed go to the solution's process (see _Shared), and with them what the tests
+        changed of the state one interpreter would share with the call (context.py); after it, what the call
+        printed, read, wrote, drew and warned is applied here."""
+        with self.lock:
+            unplain = []  # shared containers the tests gave data that is not plain: no longer shared
+            encoder = _Encoder(shared=self.shared)
+            try:
+                changes = self.shared.states(encoder, unplain)  # first: the solution decodes them first
+                encoded = [encoder.encode(a) for a in args], [[k, encoder.encode(v)] for k, v in kwargs.items()]
+            except Exception as e:  # _NotPlain, or a container whose iteration fails
+                raise self.fail(_CallFailed(f"an argument to {name}() is not plain data: {_message(e)}")) from None
+            self.calls += 1
+            self.send(["call", name, *encoded, [unplain + self.forget(), changes], self.outgoing(name)])
+            caller = (encoder.objects, encoder.tags, encoder.nans)
+            reply = self.receive()
+            kind = reply[0] if type(reply) is list and reply else None
+            if kind == "ok" and len(reply) == 5:
+                value = self.settle(name, caller, reply[2], lambda decoder: decoder.decode(reply[1]), reply[3])
+                self.incoming(name, reply[4])
+                return value
+            if kind == "raise" and len(reply) == 5:
+                error = self.settle(name, caller, reply[2], lambda decoder: self.error(name, reply[1]), reply[3])
+                self.incoming(name, reply[4])
+                raise error
+            raise self.fail(_CallFailed(_bad_reason(reply)))
+
+    def forget(self):
+        """[handle, ...] of the shared containers the tests no longer hold, taken out of the table."""
+        if not self.shared.due():
+            return []
+        handles, tags, values = self.shared.detach()
+        _released(values)
+        for handle, tag, value in zip(handles, tags, values):
+            if value is not None:
+                self.shared.add(handle, value, tag)
+        self.shared.pruned = len(self.shared.objects)
+        return [handle for handle, value in zip(handles, values) if value is None]
 
     def outgoing(self, name):
         """What the tests changed of the state one interpreter would share with the call (context.py)."""
@@ -146,6 +195,10 @@ class _Channel:
     def next_items(self, name, handle, count, caller):
         """([items], end) of an iterator `name()` returned: end is None (more may follow), "done", or
         the exception to raise after the items."""
+        with self.lock:
+            return self.next_items_now(name, handle, count, caller)
+
+    def next_items_now(self, name, handle, count, caller):
         self.send(["next", handle, count])
         reply = self.receive()
         if not (type(reply) is list and len(reply) == 4 and reply[0] == "items" and type(reply[1]) is list):
@@ -162,28 +215,73 @@ class _Channel:
 
         return self.settle(name, caller, reply[3], head)
 
-    def settle(self, name, caller, states, head):
-        """Decode a reply's value (`head(decoder)`) and its states with one decoder, write the states
-        into the caller's containers, and return the value."""
-        objects, tags = caller
-        decoder = _Decoder(objects, lambda handle: _remote_items(self, name, handle, caller))
+    def settle(self, name, caller, states, head, share=None):
+        """Decode a reply's value (`head(decoder)`), its states and (after a call) what it says of the
+        shared containers with one decoder, write the states into the caller's containers and the
+        shared ones, and return the value."""
+        objects, tags, nans = caller
+        remote = lambda handle: _remote_items(self, name, handle, caller)  # noqa: E731
+        decoder = _Decoder(objects, remote, nans, self.shared)
         try:
             value = head(decoder)
             changes = _decode_states(decoder, states, tags)
+            shared_changes = [] if share is None else self.decode_share(decoder, share, caller)
         except _DECODE_ERRORS as e:
             raise self.fail(_CallFailed(f"the solution's process broke the protocol: {e}")) from None
         for number, new in changes:
             _write_back(objects[number], tags[number], new)
+        if share is not None:
+            self.reshare(decoder, share, caller, shared_changes)
         return value
+
+    def decode_share(self, decoder, share, caller):
+        """The decoded changes to shared containers of a reply's `share`, [changes, register, kept,
+        dropped], after checking that each new handle names a mutable container of the reply (register)
+        or of the request (kept), once, and is new, and each dropped one is shared."""
+        if share == [[], [], [], []]:  # the common case: nothing shared
+            return []
+        if not (type(share) is list and len(share) == 4 and all(type(part) is list for part in share)):
+            raise _BadWire("malformed share")
+        changes = self.shared.decode_states(decoder, share[0])
+        seen, handles = set(), set()
+        for part, (objects, tags) in zip(share[1:3], ((decoder.objects, decoder.tags), caller[:2])):
+            for item in part:
+                if not (type(item) is list and len(item) == 2 and all(type(n) is int for n in item)):
+                    raise _BadWire("malformed new handle")
+                number, handle = item
+                if not 0 <= number < len(objects) or tags[number] not in _MUTABLE or id(objects[number]) in seen:
+                    raise _BadWire("a handle for no container")
+                if handle < self.shared.next or handle in handles:
+                    raise _BadWire("a handle that is not new")
+                seen.add(id(objects[number]))
+                handles.add(handle)
+        if not all(type(handle) is int and handle in self.shared.objects for handle in share[3]):
+            raise _BadWire("a dropped handle that is not shared")
+        if len(self.shared.objects) - len(set(share[3])) + len(handles) > _MAX_SHARED:
+            raise _BadWire("too many shared containers")
+        return changes
+
+    def reshare(self, decoder, share, caller, changes):
+        """Apply a checked `share`: write the changes, drop, then add the new handles."""
+        if share == [[], [], [], []]:
+            return
+        self.shared.write(changes)
+        for handle in share[3]:
+            if handle in self.shared.objects:
+                self.shared.remove(handle)
+        for part, (objects, tags) in zip(share[1:3], ((decoder.objects, decoder.tags), caller[:2])):
+            for number, handle in part:
+                self.shared.add(handle, objects[number], tags[number])
+                self.shared.next = max(self.shared.next, handle + 1)
 
     def error(self, name, info):
         """The exception the tests see for one the solution raised: the builtin exception itself, or a
         stand-in subclass of the nearest builtin class for the solution's own classes. Exceptions that
         would act as control flow here (StopIteration swallowed by map() or all()) and BaseExceptions
         (SystemExit, KeyboardInterrupt, GeneratorExit, the solution's own) are recorded failures."""
-        if not (type(info) is list and len(info) == 4 and all(type(x) is str for x in info[:3])):
+        if not (type(info) is list and len(info) == 5 and all(type(x) is str for x in info[:3])):
             raise _BadWire("malformed exception")
-        type_name, base_name, message, args = info
+        type_name, base_name, message, args, attributes = info
         args = None if args is None else _Decoder().decode(args)
         kind = getattr(builtins, base_name, None) if base_name.isidentifier() else None
         if not (isinstance(kind, type) and issubclass(kind, BaseException)):
@@ -192,7 +290,11 @@ class _Channel:
             return self.fail(_CallFailed(f"{name}() raised {type_name}: {message[:200]}"))
         if type_name != base_name and type_name.isidentifier():
             kind = _stand_in(type_name, kind)
-        return _instantiate(kind, args if type(args) is tuple else None, message)
+        error = _instantiate(kind, args if type(args) is tuple else None, message)
+        _restore_attributes(error, attributes)
+        if type(error).__str__ is _sent_message and _message(error) != message:
+            _MESSAGES[error] = message  # the solution's class had its own __str__
+        return error
 
 
 def _bad_reason(reply):
@@ -218,29 +320,6 @@ def _decode_states(decoder, states, tags):
         seen.add(number)
         changes.append((number, decoder.container(body[0], body[1], 1, numbered=False)))
     return changes
-
-
-def _write_back(target, tag, new):
-    """Write the new contents a call gave one of the caller's containers into it, in place, through
-    its base type: the caller's object keeps its identity and its type."""
-    if tag == "L":
-        list.__setitem__(target, slice(None), new)
-    elif tag == "y":
-        bytearray.__setitem__(target, slice(None), new)
-    elif tag == "E":
-        set.clear(target)
-        set.update(target, iter(new))  # iter(): in the solution's order (see _set_in_order)
-    elif tag == "Q":
-        _deque.clear(target)
-        _deque.extend(target, new)
-    elif tag == "O":
-        _OrderedDict.clear(target)
-        _OrderedDict.update(target, new)
-    else:
-        dict.clear(target)
-        dict.update(target, new)
-        if tag == "d":
-            target.default_factory = new.default_factory
 
 
 def _remote_items(channel, name, handle, caller):

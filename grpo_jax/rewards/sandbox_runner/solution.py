@@ -11,15 +11,16 @@ from .wire import (
     _MAX_BATCH,
     _MAX_ITERATORS,
     _MUTABLE,
-    _PAIRS,
     _Decoder,
     _Encoder,
     _NotPlain,
-    _contents,
-    _defaultdict,
+    _Shared,
     _error_info,
     _message,
     _read_message,
+    _released,
+    _snapshot,
+    _unchanged,
     _write_message,
 )
 from .wire import _MAX_EXPORTS
@@ -82,24 +83,13 @@ def _main_block_ended():
         pass
 
 
-def _snapshot(value, tag):
-    """What a mutable container holds, flat, for an identity comparison (None for immutable ones)."""
-    if tag not in _MUTABLE:
-        return None
-    items = _contents(value, tag)
-    flat = [part for pair in items for part in pair] if tag in _PAIRS else items
-    if tag == "d":
-        flat.append(_defaultdict.default_factory.__get__(value))
-    return flat
-
-
 class _Arguments:
     """The containers a call received, numbered as in its request, and what they held when last sent,
     so that those the call changed in place (items compared by identity: a reordering, a replaced or
     an added item counts) go back to the tests' process and into the caller's own objects."""
 
-    def __init__(self, objects, tags):
-        self.objects, self.tags = objects, tags
+    def __init__(self, objects, tags, nans=()):
+        self.objects, self.tags, self.nans = objects, tags, nans
         self.before = [_snapshot(value, tag) for value, tag in zip(objects, tags)]
 
     def states(self, encoder):
@@ -110,7 +100,7 @@ class _Arguments:
             if before is None:
                 continue
             now = _snapshot(value, tag)
-            if len(now) != len(before) or any(a is not b for a, b in zip(now, before)):
+            if not _unchanged(now, before):
                 states.append([number, [tag, encoder.body(value, tag, 1)]])
                 self.before[number] = now
         return states
@@ -126,18 +116,19 @@ def _serve(program, requests_fd, replies_fd):
     namespace.pop(_MAIN_BLOCK_ENDED, None)
     _write_message(replies_fd, ["ready", _exports(namespace)])
     iterators = []  # (iterator, the _Arguments of the call that returned it), by handle
+    shared = _Shared()
     while True:
         try:
             request = _read_message(requests_fd)
         except EOFError:
             return
         kind = request[0] if type(request) is list and request else None
-        if kind == "call" and len(request) == 5:
-            reply = _answer_in_context(context, namespace, request, iterators)
+        if kind == "call" and len(request) == 6:
+            reply = _answer_in_context(context, namespace, request, iterators, shared)
         elif kind == "describe" and len(request) == 2:
             reply = _descriptions(namespace, request[1])
         elif kind == "next" and len(request) == 3:
-            reply = _next_items(request, iterators)
+            reply = _next_items(request, iterators, shared)
         else:
             reply = ["bad", "malformed request"]
         _write_message(replies_fd, reply)
@@ -158,19 +149,31 @@ def _exports(namespace):
     return exports
 
 
-def _answer(namespace, request, iterators):
-    """The reply to ["call", name, args, kwargs]: ["ok", value, states] | ["raise", error, states] |
-    ["bad", reason]; `states` holds the new contents of the argument containers the call changed."""
+def _answer(namespace, request, iterators, shared):
+    """The reply to ["call", name, args, kwargs, [forget, shared states]]: ["ok", value, states, share]
+    | ["raise", error, states, share] | ["bad", reason]; `states` holds the new contents of the
+    argument containers the call changed, `share` what `_share` says of the shared containers. The
+    tests' changes to shared containers are written into them before the call."""
     try:
-        _, name, args, kwargs = request
+        _, name, args, kwargs, (forget, incoming) = request
         function = namespace[name]
-        decoder = _Decoder()
+        decoder = _Decoder(shared=shared)
+        changes = shared.decode_states(decoder, incoming)  # encoded before the arguments
         args = [decoder.decode(a) for a in args]
         kwargs = {str(k): decoder.decode(v) for k, v in kwargs}
     except Exception as e:
         return ["bad", f"malformed call ({type(e).__name__})"]
-    arguments = _Arguments(decoder.objects, decoder.tags)
-    encoder = _Encoder(arguments.objects, lambda iterator: _hand_over(iterators, iterator, arguments))
+    shared.write(changes)
+    del changes
+    for handle in forget:  # after the states: the tests' side sends a state, then forgets
+        if type(handle) is int and handle in shared.objects:
+            shared.remove(handle)
+    arguments = _Arguments(decoder.objects, decoder.tags, decoder.nans)
+    handed = len(iterators)
+    encoder = _Encoder(
+        arguments.objects, lambda iterator: _hand_over(iterators, iterator, arguments), decoder.nans, shared
+    )  # fmt: skip
+    result = None
     try:
         result = function(*args, **kwargs)
     except BaseException as e:  # SystemExit too: the tests' process reports it as a failed call
@@ -180,22 +183,59 @@ def _answer(namespace, request, iterators):
             head = ["ok", encoder.encode(result)]
         except Exception as e:  # _NotPlain, or a container whose iteration fails
             return ["bad", f"the result of {name}() is not plain data: {_message(e)}"]
+    del result, args, kwargs
     try:
-        return head + [arguments.states(encoder)]
+        head += [arguments.states(encoder)]
+        outgoing = shared.states(encoder)
     except Exception as e:
-        return ["bad", f"an argument of {name}() holds data that is not plain after the call: {_message(e)}"]
+        where = f"an argument of {name}() or a container it shares"
+        return ["bad", f"{where} holds data that is not plain after the call: {_message(e)}"]
+    mine = [(n, t) for n, t in enumerate(encoder.tags) if t in _MUTABLE]
+    theirs = []  # the arguments, unless an iterator the call returned still reads them
+    if len(iterators) == handed:
+        theirs = [(n, t) for n, t in enumerate(arguments.tags) if t in _MUTABLE]
+    values = [encoder.objects[n] for n, _ in mine] + [arguments.objects[n] for n, _ in theirs]
+    del encoder, decoder, arguments
+    return head + [[outgoing, *_share(shared, mine, theirs, values)]]
 
 
-def _answer_in_context(context, namespace, request, iterators):
-    """`_answer` to ["call", name, args, kwargs, context], run as the tests' process left its state
+def _share(shared, mine, theirs, values):
+    """[register, kept, dropped] after a call. `values` are the reply's mutable containers (numbered
+    in the reply as in `mine`, [(number, tag)]) and the call's argument containers (numbered in the
+    request as in `theirs`), and the caller holds no other reference to them: those the program still
+    holds get new handles ([[number, handle], ...] for each kind), and the shared containers it no
+    longer holds are dropped ([handle, ...])."""
+    if not values and not shared.objects:
+        return [[], [], []]
+    handles, tags, held = shared.detach() if shared.due() else ([], [], [])
+    values[:0] = held
+    del held
+    _released(values)
+    dropped = [handle for handle, value in zip(handles, values) if value is None]
+    for handle, tag, value in zip(handles, tags, values):
+        if value is not None:
+            shared.add(handle, value, tag)
+    if handles:
+        shared.pruned = len(shared.objects)
+    new = [[], []]
+    for which, (number, tag), value in zip([0] * len(mine) + [1] * len(theirs), mine + theirs, values[len(handles) :]):
+        if value is not None and shared.room(value, tag):
+            shared.add(shared.next, value, tag)
+            new[which].append([number, shared.next])
+            shared.next += 1
+    return [*new, dropped]
+
+
+def _answer_in_context(context, namespace, request, iterators, shared):
+    """`_answer` to ["call", name, args, kwargs, share, context], run as the tests' process left its state
     (stdin, files, random, recursion limit: `context`), with what the call printed, read, wrote, drew
     and warned reported after the reply's states."""
     try:
-        context.enter(request[4])
+        context.enter(request[5])
     except Exception as e:  # _BadWire, _NotPlain (too many files), an unwritable file
         return ["bad", f"the call's context cannot be set up: {_message(e)}"]
     try:
-        reply = _answer(namespace, request[:4], iterators)
+        reply = _answer(namespace, request[:5], iterators, shared)
     finally:
         report, failure = context.leave()
     if failure is not None:
@@ -228,7 +268,7 @@ def _hand_over(iterators, iterator, arguments):
     return len(iterators) - 1
 
 
-def _next_items(request, iterators):
+def _next_items(request, iterators, shared):
     """The reply to ["next", handle, count]: ["items", values, end, states], where `end` is None (more
     may follow), "done", or ["raise", error]; the states are those of the arguments of the call that
     returned the iterator, which its items may still change."""
@@ -244,7 +284,7 @@ def _next_items(request, iterators):
         end = "done"
     except BaseException as e:  # the tests' process reports it where the tests reach it
         end = ["raise", _error_info(e)]
-    encoder = _Encoder(arguments.objects, lambda more: _hand_over(iterators, more, arguments))
+    encoder = _Encoder(arguments.objects, lambda more: _hand_over(iterators, more, arguments), arguments.nans, shared)
     try:
         return ["items", [encoder.encode(item) for item in items], end, arguments.states(encoder)]
     except Exception as e:
