@@ -33,8 +33,8 @@ MBPP_PATH = os.path.join(DATA, "code_fidelity_mbpp.jsonl")
 STDIO_PATH = os.path.join(DATA, "code_fidelity_stdio.jsonl")
 
 # ----------------------------------------------------------------------------------------- MBPP-style
-# (name, text, code, extra test imports, [argument tuples written as Python source])
-MBPP: list[tuple[str, str, str, list[str], list[str]]] = [
+# (name, text, code, extra test imports, [argument tuples written as Python source, or (setup, expression)])
+MBPP: list[tuple[str, str, str, list[str], list[Any]]] = [
     ("max_sub_sum", "Write a function to find the largest sum of a contiguous sublist.",
      "def max_sub_sum(xs):\n    best = cur = xs[0]\n    for x in xs[1:]:\n        cur = max(x, cur + x)\n"
      "        best = max(best, cur)\n    return best\n",
@@ -226,6 +226,41 @@ MBPP: list[tuple[str, str, str, list[str], list[str]]] = [
     ("check_type", "Write a function that raises TypeError for a non-string argument and returns its length otherwise.",
      "def check_type(s):\n    if not isinstance(s, str):\n        raise TypeError('expected str')\n    return len(s)\n",
      [], ["'abc'", "5", "None"]),
+    # Patterns of the real MBPP's tests: a (setup, expression) pair is asserted equal, floats included, to
+    # the value the expression had here (exact `==` on floats, as many MBPP rows write them).
+    ("max_chain_length", "Write a function to find the longest chain of pairs (a, b), (c, d) with b < c; "
+     "the tests build the pairs with the Pair class (MBPP's own task 601).",
+     "class Pair(object):\n    def __init__(self, a, b):\n        self.a = a\n        self.b = b\n\n\n"
+     "def max_chain_length(arr, n):\n    mcl = [1] * n\n    for i in range(1, n):\n        for j in range(i):\n"
+     "            if arr[i].a > arr[j].b and mcl[i] < mcl[j] + 1:\n                mcl[i] = mcl[j] + 1\n    return max(mcl)\n",
+     [], [("", "max_chain_length([Pair(5, 24), Pair(15, 25), Pair(27, 40), Pair(50, 60)], 4)"),
+          ("", "max_chain_length([Pair(1, 2), Pair(3, 4), Pair(5, 6), Pair(7, 8)], 4)")]),
+    ("area_rect", "Write a function to find the area of a rectangle.",
+     "def area_rect(w, h):\n    return w * h\n", [], [("", "area_rect(2.5, 4)"), ("", "area_rect(0.1, 3)"), ("", "area_rect(3, 7)")]),
+    ("power", "Write a function raising base to exp (default 2).",
+     "def power(base, exp=2):\n    return base ** exp\n", [], [("", "power(3)"), ("", "power(3, exp=3)"), ("", "power(base=2, exp=10)")]),
+    ("encode", "Write encode (shift every letter by one) and decode (its inverse).",
+     "def encode(s):\n    return ''.join(chr(ord(c) + 1) for c in s)\n\n\ndef decode(s):\n    return ''.join(chr(ord(c) - 1) for c in s)\n",
+     [], [("", "decode(encode('hello'))"), ("", "encode('abc')"), ("", "decode('')")]),
+    ("sort_in_place", "Write a function that sorts a list in place and returns nothing.",
+     "def sort_in_place(xs):\n    xs.sort()\n", [],
+     [("xs = [3, 1, 2]\nsort_in_place(xs)", "xs"), ("", "sort_in_place([2, 1])"), ("ys = []\nsort_in_place(ys)", "ys")]),
+    ("gen_squares", "Write a generator yielding the squares of 0..n-1.",
+     "def gen_squares(n):\n    for i in range(n):\n        yield i * i\n", [],
+     [("", "list(gen_squares(5))"), ("", "sum(gen_squares(10 ** 5))"), ("", "next(gen_squares(3))")]),
+    ("range_list", "Write a function returning the list 0..n-1.",
+     "def range_list(n):\n    return list(range(n))\n", [], [("", "len(range_list(10 ** 5))"), ("", "range_list(3)"),
+                                                                  ("", "sum(range_list(10 ** 5))")]),
+    ("count_down", "Write a recursive function counting the steps from n down to 0.",
+     "def count_down(n):\n    return 0 if n == 0 else 1 + count_down(n - 1)\n", [], [("", "count_down(900)"), ("", "count_down(0)")]),
+    ("reverse_text", "Write a function reversing a string.",
+     "def reverse_text(s):\n    return s[::-1]\n", [], [("", "reverse_text('héllo wörld')"), ("", "reverse_text('日本')")]),
+    ("grid_neighbours", "Write a function mapping each cell (r, c) of an n x n grid to its neighbour count.",
+     "def grid_neighbours(n):\n    return {(r, c): sum(0 <= r + dr < n and 0 <= c + dc < n for dr, dc in ((1, 0), (-1, 0), (0, 1), (0, -1)))\n"
+     "            for r in range(n) for c in range(n)}\n", [], [("", "grid_neighbours(2)"), ("", "grid_neighbours(3)[(1, 1)]")]),
+    ("find_duplicates", "Write a function returning the items that occur more than once.",
+     "from collections import Counter\n\ndef find_duplicates(xs):\n    return [x for x, k in Counter(xs).items() if k > 1]\n", [],
+     [("", "set(find_duplicates([1, 2, 2, 3, 3, 3]))"), ("", "sorted(find_duplicates(['a', 'b', 'a']))")]),
 ]
 
 
@@ -242,16 +277,23 @@ def mbpp_assert(name: str, args: str, value: Any, error: BaseException | None) -
         kind = type(error).__name__
         return f"try:\n    {call}\nexcept {kind}:\n    pass\nelse:\n    raise AssertionError('expected {kind}')"
     if _float_like(value) and not isinstance(value, float):
-        expected = ", ".join(repr(v) for v in value)
+        expected = ", ".join(repr(float(v)) for v in value)
         return f"assert all(math.isclose(a, b, rel_tol=1e-09) for a, b in zip({call}, [{expected}]))"
     if isinstance(value, float):
         if math.isnan(value) or math.isinf(value):
             return f"assert {call} == float({str(value)!r})"
-        return f"assert math.isclose({call}, {value!r}, rel_tol=1e-09)"
+        return f"assert math.isclose({call}, {float(value)!r}, rel_tol=1e-09)"  # a numpy float as written
     text = repr(value)
     if type(value).__name__ == "Counter":
         text = f"Counter({dict(value)!r})"
     return f"assert {call} == {text}"
+
+
+def mbpp_raw_assert(setup: str, expression: str, space: dict[str, Any]) -> str:
+    """`setup`, then `assert <expression> == <its value after setup here>`."""
+    exec(setup, space)  # noqa: S102 - trusted reference and setup
+    value = eval(expression, space)  # noqa: S307
+    return f"{setup}\nassert {expression} == {value!r}".lstrip("\n")
 
 
 def mbpp_rows() -> list[dict[str, Any]]:
@@ -262,6 +304,10 @@ def mbpp_rows() -> list[dict[str, Any]]:
         exec(compile(code, f"<{name}>", "exec"), space)  # noqa: S102 - our own reference, trusted
         asserts, uses_math, uses_counter = [], False, False
         for args in calls:
+            if isinstance(args, tuple):  # (setup, expression): asserted equal to its value here
+                line = mbpp_raw_assert(*args, dict(space))
+                asserts.append(line)
+                continue
             value, error = None, None
             try:
                 value = eval(f"{name}({args})", space)  # noqa: S307 - trusted reference and arguments
@@ -473,6 +519,23 @@ STDIO: list[tuple[str, str, str, list[Any]]] = [
     ("sort_strings_big", "Read n and n integers; print the three largest, descending.",
      "import heapq\nimport sys\ndata = sys.stdin.buffer.read().split()\nprint(*heapq.nlargest(3, map(int, data[1:])))\n",
      ["5\n1 9 3 7 5\n", _gen(9, 100_000)]),
+    ("open_zero", "Read n and n integers; print their sum (reading all of stdin with open(0)).",
+     "data = open(0).read().split()\nprint(sum(map(int, data[1:])))\n", ["3\n1 2 3\n", _gen(10, 100_000)]),
+    ("eof_loop", "Read lines until end of input; print each line's integer doubled (input() until EOFError).",
+     "while True:\n    try:\n        line = input()\n    except EOFError:\n        break\n    print(2 * int(line))\n",
+     ["1\n2\n3\n", "5"]),
+    ("exit_builtin", "Read n; print YES and stop (with exit()) when n is even, else NO.",
+     "n = int(input())\nif n % 2 == 0:\n    print('YES')\n    exit()\nprint('NO')\n", ["4\n", "3\n"]),
+    ("readline_loop", "Read n and n integers one a line; print the count of positive ones.",
+     "from sys import stdin\nn = int(stdin.readline())\nprint(sum(1 for _ in range(n) if int(stdin.readline()) > 0))\n",
+     ["3\n-1\n2\n3\n", _gen(11, 100_000, layout="count_lines")]),
+    ("many_output_lines", "Read n; print the squares 1..n one a line (sys.stdout.write).",
+     "import sys\nn = int(input())\nsys.stdout.write('\\n'.join(str(i * i) for i in range(1, n + 1)) + '\\n')\n",
+     ["3\n", "5000\n"]),
+    ("main_function_guard", "Read a line of integers; print them sorted descending, one per line.",
+     "import sys\n\n\ndef solve(tokens):\n    return sorted(map(int, tokens), reverse=True)\n\n\n"
+     "def main():\n    print(*solve(sys.stdin.read().split()), sep='\\n')\n\n\nif __name__ == '__main__':\n    main()\n",
+     ["3 1 2\n", "7\n"]),
 ]
 
 # Expected-output variants a judge must accept: trailing spaces on lines, no final newline, CRLF.
@@ -519,6 +582,8 @@ def write_jsonl(path: str, rows: list[dict[str, Any]]) -> None:
 
 
 def main() -> None:
+    if os.environ.get("PYTHONHASHSEED") != "0":  # a set's repr follows string hashing: fix it, so reruns match
+        os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, "PYTHONHASHSEED": "0"})
     mbpp, stdio = mbpp_rows(), stdio_rows()
     write_jsonl(MBPP_PATH, mbpp)
     write_jsonl(STDIO_PATH, stdio)
