@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import os
+import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -16,5 +17,6 @@ def load_launcher(name: str):
     path = os.path.join(ROOT, "experiments", f"{name}.py")
     spec = importlib.util.spec_from_file_location(f"experiments_{name.replace('/', '_')}", path)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses (and pickling) look a class's module up by name
     spec.loader.exec_module(module)
     return module
