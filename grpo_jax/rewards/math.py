@@ -14,13 +14,18 @@ Equivalence is a cascade, cheapest first, so that the common case never touches 
    expansion (see "Written precision" below);
 3. tuples / intervals / sets: element-wise (a string counts as one only when its outer brackets enclose
    all of it: `(1,\\infty)\\cup(-\\infty,0)` is a union, not a 3-tuple);
-4. a written decimal against a closed form (`3.1416` vs `\\pi`): the written-precision rule on a
-   high-precision value of the closed form;
+4. a written decimal against a closed form (`3.1416` vs `\\pi`): a closed form that is an exact rational
+   (`2^{100}`, `2^{64}-1`, `\\frac{2^{10}}{3}`) is evaluated exactly first and compared as a number, so
+   `1.2677e30` is not `2^{100}` (a rounding of a terminating value never equals it); otherwise the
+   written-precision rule on a high-precision value of the closed form;
 5. symbolic, through latex2sympy2-extended and sympy, behind static size guards and a wall-clock
    timer. The timer is SIGALRM-based and therefore only armed on the main thread (elsewhere the static
    guards alone bound the work; `info["timer"]` says which). A timeout is "not equal" with reason
    "timeout". Model text is never passed to `eval`/`sympy.parse_expr`. Unions of sets are compared
-   as unordered collections after sympy merges them.
+   as unordered collections after sympy merges them. An exact rational against a constant that is not
+   one is never equal when sympy knows the constant is irrational (`245850922/78256779` is within 1e-12
+   of pi and still not pi); when it cannot tell (`\\log_2 8`), they must agree to far more digits than
+   the rational has. The 1e-12 relative band remains only between two irrational constants.
 
 Written precision (version 2; version 1 accepted any decimal within 1e-4 relative, so `8383.6` passed
 for `8383.0999` and `100.51` for `100.5`). A number is taken at face value as written:
@@ -65,13 +70,39 @@ on one answer only: its number of percent or the fraction it stands for, so gold
 `50%`, `50` (the number without its sign, as a bare number is read in a unit) and `0.5` (the same quantity
 as a fraction, which is what 50% means), but never `0.5\\%`.
 
+Approximate answers. An answer that says it is a rounding (`\\approx 3.14`, `x \\approx 3.14`, "about 12",
+"approximately 3.1416") is its value, flagged; in `\\frac{1}{3} \\approx 0.333` the exact value is the answer.
+A flagged reference is a rounding at its last written place: a prediction matches when it rounds to it
+there and is written at least as finely (`3.14159` and `\\pi` for `\\approx 3.14`; not `3.1`). A flagged
+prediction matches a reference written as a decimal in the same way at the reference's places (about
+`3.1416` for `3.14`); against an integer, a fraction or a closed form the flag adds nothing: `\\approx 5` is
+not `4.8`, and `\\approx 3.14` is not `\\pi` (too coarse, as without the flag).
+
+Spelling. Unicode is read as the LaTeX it stands for (`x²`, `10⁻³`, `x₁`, `½`, `2½`, `–5` with an en or em
+dash, `∞`, `≈`, `ℝ`, `∪`, `′`), and Python's digit separators in groups of three (`1_000_000`). A space is
+deleted inside digit groups (`1 000 000`, `1\\,000`: a first group of 1-3 digits, then groups of three) and
+kept between any other two digits, so `3 4` and `5 \\quad 6` are not 34 and 56 (nor 7, as the LaTeX parser
+would add them). A row break `\\\\` is never read as a control space `\\ ` (MATH spaces its matrices
+`1 & 2 \\\\ 3 & 4`). A whole number then a proper fraction is a mixed number (`1 1/2`, `1\\frac{1}{2}`,
+`-1\\frac{1}{2}` are 3/2 and -3/2; `x\\frac{1}{2}` is x/2 and `2 3/2` no mixed number). Degrees, minutes and
+seconds are the exact number of degrees (`30^\\circ 15'` is 30.25 degrees, `30°10′` is 181/6). In a chain of
+equalities the last value is the answer (`x = 3 + 2 = 5` and `3 + 2 = 5` are 5; `x + y = 5` is an equation).
+
+Bases. A number with a base subscript (`12_4`, `12_{4}`, `1011_{(2)}`) keeps its digits and base: two such
+numbers are equal only in the same base with the same digits (`12_4 != 12_3`, and `13_4 != 21_3`, the same
+value in another base), and against a plain number only when it is the digits alone (`12` for `12_4`, the
+subscript left out; `6`, its value in base ten, is not the number asked for).
+
 Structure. Named values match by name: `x=2, y=3` equals `y=3, x=2` and not `x=3, y=2`; against
 an unnamed tuple they are taken in the alphabetical order of their names (`x=2, y=3` equals `(2,3)`). An
 inequality in one variable is the set it describes: `3<x`, `x>3.0`, `(3,\\infty)` and `x\\in(3,\\infty)` are
 one answer, and `x<3 or x>5` a union. A one-element set equals its element (`\\{5\\} == 5`, `{5}` is a TeX
 group); `\\emptyset`, `\\varnothing` and `\\{\\}` are one set. A name in front of a value is dropped (`x = 5`,
 `f(x) = x^2`). `i` is the imaginary unit, not a variable. A repeating decimal is the fraction it is
-(`0.\\overline{3} == 1/3`). A letter followed by digits is one name (`z1` is z_1, never z times 1).
+(`0.\\overline{3} == 1/3`). A letter followed by digits is one name (`z1` is z_1, never z times 1). Sets of
+reals may be written as intervals, inequalities (`|x| \\ge 1`, `|x-2| < 3`: absolute values of low degree are
+solved too), set-builder sets (`\\{x \\mid x > 2\\}`, `\\{x \\in \\mathbb{R} : x < -1\\}` are their conditions),
+`\\mathbb{R}` and `\\mathbb{R} \\setminus \\{0, 1\\}` (the union of the intervals between the removed numbers).
 """
 
 from __future__ import annotations
@@ -121,7 +152,10 @@ _HASH_RE = re.compile(r"####[ \t]*([^\n]*)")
 # thousands of "answer is" linear rather than quadratic.
 _ANSWER_IS_RE = re.compile(r"(?i)\b(?:final\s+answer|answer)\s*(?:is|:|=)[ \t]*:?[ \t]*(?=([^\n]{0,500}))")
 _NUMBER_RE = re.compile(r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|[-+]?\.\d+")
-_COMMITTED_START_RE = re.compile(r"[-+\u2212$\\(\[{0-9.]|[A-Za-z]\s*=|[A-Za-z]\s*$|[A-Za-z][.)]?\s*$")
+_COMMITTED_START_RE = re.compile(  # also Unicode dashes, infinity and vulgar fractions ('-5' with an en dash, '½')
+    r"[-+\u2212\u2013\u2014\u221e\u00bc-\u00be\u2150-\u215e$\\(\[{0-9.]|[A-Za-z]\s*=|[A-Za-z]\s*$|[A-Za-z][.)]?\s*$"
+    r"|(?:about|approximately|roughly)\s+[-+$\\0-9.]"  # "the answer is about 12": 12, flagged approximate
+)
 
 
 class Extraction(NamedTuple):
@@ -444,7 +478,9 @@ _UNICODE_SYMBOLS = {
     "\u2032": "'",  # prime (minutes)
     "\u2033": "''",  # double prime (seconds)
 }
-_SUPERSCRIPTS = str.maketrans("\u2070\u00b9\u00b2\u00b3\u2074\u2075\u2076\u2077\u2078\u2079\u207b\u207a", "0123456789-+")
+_SUPERSCRIPTS = str.maketrans(
+    "\u2070\u00b9\u00b2\u00b3\u2074\u2075\u2076\u2077\u2078\u2079\u207b\u207a", "0123456789-+"
+)
 _SUBSCRIPTS = str.maketrans("\u2080\u2081\u2082\u2083\u2084\u2085\u2086\u2087\u2088\u2089", "0123456789")
 _SUPERSCRIPT_RUN_RE = re.compile("[\u2070\u00b9\u00b2\u00b3\u2074-\u2079\u207b\u207a]+")
 _SUBSCRIPT_RUN_RE = re.compile("[\u2080-\u2089]+")
@@ -459,8 +495,9 @@ _UNDERSCORE_GROUPS_RE = re.compile(r"(?<![\w.])\d{1,3}(?:_\d{3})+(?![\w.])")
 
 
 def _unicode_to_latex(s: str) -> str:
-    """Unicode math in LaTeX spelling: 'x²' -> 'x^{2}', '10⁻³' -> '10^{-3}', 'x₁' -> 'x_{1}', '½' -> '\\frac{1}{2}'
-    ('2½' -> '2\\frac{1}{2}', a mixed number), '–5' (an en dash) -> '-5', '∞' -> '\\infty'."""
+    """Unicode math in LaTeX spelling: 'x²' -> 'x^{2}', '10⁻³' -> '10^{-3}', 'x₁' -> 'x_{1}',
+    '½' -> '\\frac{1}{2}' ('2½' -> '2\\frac{1}{2}', a mixed number), '–5' (an en dash) -> '-5',
+    '∞' -> '\\infty'."""
     if s.isascii():
         return s
     for a, b in _UNICODE_SYMBOLS.items():
@@ -648,7 +685,9 @@ _REALS = r"\\mathbb\s*\{?\s*R\s*\}?"
 _SET_BUILDER_RE = re.compile(
     rf"\\\{{\s*(?P<var>[A-Za-z])\s*(?:\\in\s*{_REALS}\s*)?(?:\\mid|\\vert|\||:)\s*(?P<cond>.+?)\s*\\\}}"
 )
-_REALS_MINUS_RE = re.compile(rf"(?P<head>(?:[A-Za-z]\s*\\in\s*)?){_REALS}\s*(?:\\setminus|\\backslash|-)\s*\\\{{(?P<items>.+)\\\}}")
+_REALS_MINUS_RE = re.compile(
+    rf"(?P<head>(?:[A-Za-z]\s*\\in\s*)?){_REALS}\s*(?:\\setminus|\\backslash|-)\s*\\\{{(?P<items>.+)\\\}}"
+)
 _REALS_RE = re.compile(rf"(?P<head>(?:[A-Za-z]\s*\\in\s*)?){_REALS}")
 
 
@@ -675,7 +714,8 @@ def _set_notation(s: str) -> str:
 # A whole number then a proper fraction, '1 1/2' or '1\frac{1}{2}', not inside a longer term ('x\frac{1}{2}' is
 # x/2, '2^{1 1/2}' is left alone): the mixed number it spells.
 _MIXED_NUMBER_RE = re.compile(
-    r"(?<![\w.}^_/\\])(?P<sign>-?)(?P<whole>\d+)(?:\s+(?P<num>\d+)\s*/\s*(?P<den>\d+)|\s*\\frac\{(?P<fnum>\d+)\}\{(?P<fden>\d+)\})"
+    r"(?<![\w.}^_/\\])(?P<sign>-?)(?P<whole>\d+)"
+    r"(?:\s+(?P<num>\d+)\s*/\s*(?P<den>\d+)|\s*\\frac\{(?P<fnum>\d+)\}\{(?P<fden>\d+)\})"
     r"(?![\w.{^/])"
 )
 # Digit groups separated by spaces ('1 000 000', '12 345.5'): groups of three after the first, from 1 to 3 digits
