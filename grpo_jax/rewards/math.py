@@ -143,6 +143,7 @@ MAX_POWER_TEXT = 1000  # longer answers: `**` becomes `^` without reading Python
 MAX_POWER_NESTING = 20  # deeper `**` towers / parenthesised exponents fall back to a bare `^`
 MIN_SIGNIFICANT_DIGITS = 5  # a decimal must carry this many to stand for 1/3, sqrt(2), pi (see above)
 MAX_INEQUALITY_DEGREE = 2  # inequalities of higher degree are compared as written, not solved
+MAX_RATIONAL_DIGITS = 1000  # a rational against a constant is compared to at most this many digits
 
 # ------------------------------------------------------------------------------------ extraction
 
@@ -560,7 +561,7 @@ def _prepare(answer: str) -> str:
     return s.rstrip(".").strip()
 
 
-_NUMERAL = r"\d+(?:\.\d+)?"
+_NUMERAL = rf"(?<![\d.])\d{{1,{MAX_NUMBER_DIGITS}}}(?:\.\d{{1,{MAX_NUMBER_DIGITS}}})?(?![\d.])"  # bounded for int()
 _PRIME = r"(?:'|\^\s*\{?\s*\\prime\s*\}?)"
 _DOUBLE_PRIME = r"(?:''|\"|\^\s*\{?\s*\\prime\s*\\prime\s*\}?)"
 _DEGREES_MINUTES_RE = re.compile(
@@ -711,12 +712,14 @@ def _set_notation(s: str) -> str:
     return m.group("head") + "(-\\infty,\\infty)" if m else s
 
 
-# A whole number then a proper fraction, '1 1/2' or '1\frac{1}{2}', not inside a longer term ('x\frac{1}{2}' is
-# x/2, '2^{1 1/2}' is left alone): the mixed number it spells.
+# A whole number then a proper fraction, '1 1/2' or '1\frac{1}{2}', as a term of its own ('x\frac{1}{2}' is x/2,
+# and '3\frac{1}{2}\pi', '3\frac{1}{2}(x+1)' are products, as the LaTeX parser reads them too): the mixed number
+# it spells. Digit runs are bounded like any number's (int() refuses 4300+ digits).
+_DIGITS = rf"\d{{1,{MAX_NUMBER_DIGITS}}}"
 _MIXED_NUMBER_RE = re.compile(
-    r"(?<![\w.}^_/\\])(?P<sign>-?)(?P<whole>\d+)"
-    r"(?:\s+(?P<num>\d+)\s*/\s*(?P<den>\d+)|\s*\\frac\{(?P<fnum>\d+)\}\{(?P<fden>\d+)\})"
-    r"(?![\w.{^/])"
+    rf"(?<![\w.}}^_/\\])(?P<sign>-?)(?P<whole>{_DIGITS})"
+    rf"(?:\s+(?P<num>{_DIGITS})\s*/\s*(?P<den>{_DIGITS})|\s*\\frac\{{(?P<fnum>{_DIGITS})\}}\{{(?P<fden>{_DIGITS})\}})"
+    r"(?![\w.{^/\\(\[])"
 )
 # Digit groups separated by spaces ('1 000 000', '12 345.5'): groups of three after the first, from 1 to 3 digits
 _DIGIT_GROUPS_RE = re.compile(r"(?<![\d.])\d{1,3}(?:\s+\d{3})+(?:\.\d+)?(?![\d.])")
@@ -1231,7 +1234,7 @@ def rational_equals_constant(r: Any, x: Any) -> bool:
     sympy, _ = _sympy_modules()
     if x.is_rational is False or not x.is_number:
         return False
-    digits = 2 * (len(str(r.p)) + len(str(r.q))) + 30
+    digits = min(2 * (len(str(r.p)) + len(str(r.q))) + 30, MAX_RATIONAL_DIGITS)
     approx = _approximate(x, digits)
     if approx is None:
         return False
