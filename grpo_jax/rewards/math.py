@@ -644,9 +644,10 @@ def _last_of_chain(s: str) -> str:
         depth += 1 if c in "([{" else -1 if c in ")]}" else 0
         if depth == 0 and c == ",":
             comma = True
-        elif depth == 0 and c == "=" and _EQUALS_RE.match(s, i) and (i == 0 or s[i - 1] not in "<>!=\\"):
+        elif depth == 0 and _EQUALS_RE.match(s, i):
             equals.append(i)
-    if not equals or comma or (len(equals) == 1 and re.search(r"[A-Za-z]", re.sub(r"\\[A-Za-z]+", "", s[: equals[0]]))):
+    left_has_variable = bool(equals) and re.search(r"[A-Za-z]", re.sub(r"\\[A-Za-z]+", "", s[: equals[0]])) is not None
+    if not equals or comma or (len(equals) == 1 and left_has_variable):
         return s
     return s[equals[-1] + 1 :].strip() or s
 
@@ -678,7 +679,7 @@ def bases_equal(a: str, b: str) -> bool | None:
     if ma is not None and mb is not None:
         return ma.groups() == mb.groups()
     literal, other = (ma, b) if ma is not None else (mb, a)
-    digits = other.upper().lstrip("0") or "0" if re.fullmatch(r"[0-9A-Za-z]+", other) else None
+    digits = (other.upper().lstrip("0") or "0") if re.fullmatch(r"[0-9A-Za-z]+", other) else None
     return digits == literal.group(1)
 
 
