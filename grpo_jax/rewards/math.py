@@ -25,7 +25,8 @@ Equivalence is a cascade, cheapest first, so that the common case never touches 
    as unordered collections after sympy merges them. An exact rational against a constant that is not
    one is never equal when sympy knows the constant is irrational (`245850922/78256779` is within 1e-12
    of pi and still not pi); when it cannot tell (`\\log_2 8`), they must agree to far more digits than
-   the rational has. The 1e-12 relative band remains only between two irrational constants.
+   the rational has. Two other constants must agree to 45 significant digits (`\\pi + 10^{-13}` is not
+   `\\pi`; version 6 allowed 1e-12 relative on 16-digit values).
 
 Written precision (version 2; version 1 accepted any decimal within 1e-4 relative, so `8383.6` passed
 for `8383.0999` and `100.51` for `100.5`). A number is taken at face value as written:
@@ -144,6 +145,10 @@ MAX_POWER_NESTING = 20  # deeper `**` towers / parenthesised exponents fall back
 MIN_SIGNIFICANT_DIGITS = 5  # a decimal must carry this many to stand for 1/3, sqrt(2), pi (see above)
 MAX_INEQUALITY_DEGREE = 2  # inequalities of higher degree are compared as written, not solved
 MAX_RATIONAL_DIGITS = 1000  # a rational against a constant is compared to at most this many digits
+# Two constants that are not rationals (pi + 10^{-13} against pi) are compared on CONSTANT_DIGITS-digit values
+# within CONSTANT_TOLERANCE relative: v6's 1e-12 on 53-bit values called pi + 10^{-13} equal to pi.
+CONSTANT_DIGITS = 60
+CONSTANT_TOLERANCE = 1e-45
 
 # ------------------------------------------------------------------------------------ extraction
 
@@ -1244,12 +1249,13 @@ def rational_equals_constant(r: Any, x: Any) -> bool:
 
 
 def _mp_complex(v: Any) -> Any:
-    """A sympy number as an mpmath complex (53-bit mantissa, unbounded exponent)."""
+    """A sympy number as an mpmath complex (the context's mantissa, unbounded exponent)."""
     import mpmath  # sympy's own dependency, deferred with sympy
 
     sympy, _ = _sympy_modules()
     re_part, im_part = v.as_real_imag()
-    return mpmath.mpc(mpmath.mpf(sympy.Float(re_part, 30)), mpmath.mpf(sympy.Float(im_part, 30)))
+    real, imaginary = (mpmath.mpf(sympy.Float(part, CONSTANT_DIGITS)) for part in (re_part, im_part))
+    return mpmath.mpc(real, imaginary)
 
 
 def _expr_equal(ea: Any, eb: Any, rel_tol: float | None) -> bool:
@@ -1268,18 +1274,21 @@ def _expr_equal(ea: Any, eb: Any, rel_tol: float | None) -> bool:
         return bool(ra == rb)  # exact numbers compare exactly: 2^{999} + 1 is not 2^{999}
     if (ra.is_Rational or rb.is_Rational) and not (inexact and rel_tol is not None):
         return rational_equals_constant(*((ra, rb) if ra.is_Rational else (rb, ra)))
-    va, vb = sympy.N(xa, 30), sympy.N(xb, 30)
+    va, vb = sympy.N(xa, CONSTANT_DIGITS), sympy.N(xb, CONSTANT_DIGITS)
     if not (va.is_number and vb.is_number) or va.has(sympy.zoo, sympy.nan) or vb.has(sympy.zoo, sympy.nan):
         return False
     if va.is_infinite or vb.is_infinite:
         return bool(va == vb)
     # In mpmath numbers, not Python floats: a value past the float range (575! ~ 1e1338) is inf as a Python
     # complex, and inf <= 1e-12 * inf would call it equal to every number, a reward a policy learns to collect.
-    a, b = _mp_complex(va), _mp_complex(vb)
-    scale = max(abs(a), abs(b))  # no floor: 1/575! is not 0 either
-    diff = abs(a - b)
-    tol = max(1e-12, rel_tol) if inexact and rel_tol is not None else 1e-12
-    return bool(diff <= tol * scale)
+    import mpmath  # sympy's own dependency, deferred with sympy
+
+    with mpmath.workdps(CONSTANT_DIGITS):
+        a, b = _mp_complex(va), _mp_complex(vb)
+        scale = max(abs(a), abs(b))  # no floor: 1/575! is not 0 either
+        diff = abs(a - b)
+        tol = max(CONSTANT_TOLERANCE, rel_tol) if inexact and rel_tol is not None else CONSTANT_TOLERANCE
+        return bool(diff <= mpmath.mpf(tol) * scale)
 
 
 def _to_sympy(s: str) -> Any:
