@@ -233,7 +233,7 @@ def test_a_user_reward_module_is_imported_again_by_a_fresh_process(tmp_path):
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads(done.stdout.strip().splitlines()[-1]) == [
-        ["math", "6"], ["my_rewards:brevity", "1"], ["my_rewards:contains_answer", "1"],
+        ["math", "7"], ["my_rewards:brevity", "1"], ["my_rewards:contains_answer", "1"],
         ["my_rewards:judged_in_one_request", "1"]]
 
 

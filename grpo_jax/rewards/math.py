@@ -14,13 +14,19 @@ Equivalence is a cascade, cheapest first, so that the common case never touches 
    expansion (see "Written precision" below);
 3. tuples / intervals / sets: element-wise (a string counts as one only when its outer brackets enclose
    all of it: `(1,\\infty)\\cup(-\\infty,0)` is a union, not a 3-tuple);
-4. a written decimal against a closed form (`3.1416` vs `\\pi`): the written-precision rule on a
-   high-precision value of the closed form;
+4. a written decimal against a closed form (`3.1416` vs `\\pi`): a closed form that is an exact rational
+   (`2^{100}`, `2^{64}-1`, `\\frac{2^{10}}{3}`) is evaluated exactly first and compared as a number, so
+   `1.2677e30` is not `2^{100}` (a rounding of a terminating value never equals it); otherwise the
+   written-precision rule on a high-precision value of the closed form;
 5. symbolic, through latex2sympy2-extended and sympy, behind static size guards and a wall-clock
    timer. The timer is SIGALRM-based and therefore only armed on the main thread (elsewhere the static
    guards alone bound the work; `info["timer"]` says which). A timeout is "not equal" with reason
    "timeout". Model text is never passed to `eval`/`sympy.parse_expr`. Unions of sets are compared
-   as unordered collections after sympy merges them.
+   as unordered collections after sympy merges them. An exact rational against a constant that is not
+   one is never equal when sympy knows the constant is irrational (`245850922/78256779` is within 1e-12
+   of pi and still not pi); when it cannot tell (`\\log_2 8`), they must agree to far more digits than
+   the rational has. Two other constants must agree to 45 significant digits (`\\pi + 10^{-13}` is not
+   `\\pi`; version 6 allowed 1e-12 relative on 16-digit values).
 
 Written precision (version 2; version 1 accepted any decimal within 1e-4 relative, so `8383.6` passed
 for `8383.0999` and `100.51` for `100.5`). A number is taken at face value as written:
@@ -65,13 +71,39 @@ on one answer only: its number of percent or the fraction it stands for, so gold
 `50%`, `50` (the number without its sign, as a bare number is read in a unit) and `0.5` (the same quantity
 as a fraction, which is what 50% means), but never `0.5\\%`.
 
+Approximate answers. An answer that says it is a rounding (`\\approx 3.14`, `x \\approx 3.14`, "about 12",
+"approximately 3.1416") is its value, flagged; in `\\frac{1}{3} \\approx 0.333` the exact value is the answer.
+A flagged reference is a rounding at its last written place: a prediction matches when it rounds to it
+there and is written at least as finely (`3.14159` and `\\pi` for `\\approx 3.14`; not `3.1`). A flagged
+prediction matches a reference written as a decimal in the same way at the reference's places (about
+`3.1416` for `3.14`); against an integer, a fraction or a closed form the flag adds nothing: `\\approx 5` is
+not `4.8`, and `\\approx 3.14` is not `\\pi` (too coarse, as without the flag).
+
+Spelling. Unicode is read as the LaTeX it stands for (`x²`, `10⁻³`, `x₁`, `½`, `2½`, `–5` with an en or em
+dash, `∞`, `≈`, `ℝ`, `∪`, `′`), and Python's digit separators in groups of three (`1_000_000`). A space is
+deleted inside digit groups (`1 000 000`, `1\\,000`: a first group of 1-3 digits, then groups of three) and
+kept between any other two digits, so `3 4` and `5 \\quad 6` are not 34 and 56 (nor 7, as the LaTeX parser
+would add them). A row break `\\\\` is never read as a control space `\\ ` (MATH spaces its matrices
+`1 & 2 \\\\ 3 & 4`). A whole number then a proper fraction is a mixed number (`1 1/2`, `1\\frac{1}{2}`,
+`-1\\frac{1}{2}` are 3/2 and -3/2; `x\\frac{1}{2}` is x/2 and `2 3/2` no mixed number). Degrees, minutes and
+seconds are the exact number of degrees (`30^\\circ 15'` is 30.25 degrees, `30°10′` is 181/6). In a chain of
+equalities the last value is the answer (`x = 3 + 2 = 5` and `3 + 2 = 5` are 5; `x + y = 5` is an equation).
+
+Bases. A number with a base subscript (`12_4`, `12_{4}`, `1011_{(2)}`) keeps its digits and base: two such
+numbers are equal only in the same base with the same digits (`12_4 != 12_3`, and `13_4 != 21_3`, the same
+value in another base), and against a plain number only when it is the digits alone (`12` for `12_4`, the
+subscript left out; `6`, its value in base ten, is not the number asked for).
+
 Structure. Named values match by name: `x=2, y=3` equals `y=3, x=2` and not `x=3, y=2`; against
 an unnamed tuple they are taken in the alphabetical order of their names (`x=2, y=3` equals `(2,3)`). An
 inequality in one variable is the set it describes: `3<x`, `x>3.0`, `(3,\\infty)` and `x\\in(3,\\infty)` are
 one answer, and `x<3 or x>5` a union. A one-element set equals its element (`\\{5\\} == 5`, `{5}` is a TeX
 group); `\\emptyset`, `\\varnothing` and `\\{\\}` are one set. A name in front of a value is dropped (`x = 5`,
 `f(x) = x^2`). `i` is the imaginary unit, not a variable. A repeating decimal is the fraction it is
-(`0.\\overline{3} == 1/3`). A letter followed by digits is one name (`z1` is z_1, never z times 1).
+(`0.\\overline{3} == 1/3`). A letter followed by digits is one name (`z1` is z_1, never z times 1). Sets of
+reals may be written as intervals, inequalities (`|x| \\ge 1`, `|x-2| < 3`: absolute values of low degree are
+solved too), set-builder sets (`\\{x \\mid x > 2\\}`, `\\{x \\in \\mathbb{R} : x < -1\\}` are their conditions),
+`\\mathbb{R}` and `\\mathbb{R} \\setminus \\{0, 1\\}` (the union of the intervals between the removed numbers).
 """
 
 from __future__ import annotations
@@ -91,7 +123,7 @@ from grpo_jax.rewards.base import RewardInputError, RewardResult, as_str_list, r
 from grpo_jax.rewards.format import assistant_turn, split_response
 from grpo_jax.rewards.units import NO_UNIT, Unit
 
-MATH_VERSION = "6"  # 2: written-precision rule, `**`/`^` exponents read whole, unions; 3: values past the
+MATH_VERSION = "7"  # 2: written-precision rule, `**`/`^` exponents read whole, unions; 3: values past the
 # float range compared in mpmath (v2 called 575! equal to any number: inf <= 1e-12 * inf), exact numbers exactly;
 # 4: units compared and converted, % read once, names matched, inequalities as sets, degrees in trig, i, z1;
 # 5: a think_prefilled row is read as "<think>" + completion (no </think>: all thinking, no answer);
@@ -99,6 +131,10 @@ MATH_VERSION = "6"  # 2: written-precision rule, `**`/`^` exponents read whole, 
 # convert when both answers carry a unit of one dimension (5 kPa == 5000 Pa, 5 J == 5 N m; v5: not equal),
 # and `5\text{ mPa}` is no longer `5\text{ MPa}` (v5 read both as the label "mpa"); against an answer without
 # a unit of its dimension such a unit is read as in v5 (letters, or a \text{} label)
+# 7: exact powers and sums evaluated before the written-precision rule (2^{100} != 1.2677e30), exact rationals
+# against irrational constants compared exactly (no 1e-12 band), spaces kept between digits except inside digit
+# groups ('3 4' != 34), base subscripts kept (12_4 != 12_3); Unicode forms, matrix row breaks, chained equalities,
+# mixed numbers, degrees-minutes, \mathbb{R}\setminus, |x| inequalities, set-builder sets, and approximate answers
 
 MAX_SYMBOLIC_CHARS = 300  # longer expressions are judged by string/number rules only
 MAX_NUMBER_DIGITS = 400  # longer digit runs are compared as canonical digit strings
@@ -108,6 +144,11 @@ MAX_POWER_TEXT = 1000  # longer answers: `**` becomes `^` without reading Python
 MAX_POWER_NESTING = 20  # deeper `**` towers / parenthesised exponents fall back to a bare `^`
 MIN_SIGNIFICANT_DIGITS = 5  # a decimal must carry this many to stand for 1/3, sqrt(2), pi (see above)
 MAX_INEQUALITY_DEGREE = 2  # inequalities of higher degree are compared as written, not solved
+MAX_RATIONAL_DIGITS = 1000  # a rational against a constant is compared to at most this many digits
+# Two constants that are not rationals (pi + 10^{-13} against pi) are compared on CONSTANT_DIGITS-digit values
+# within CONSTANT_TOLERANCE relative: v6's 1e-12 on 53-bit values called pi + 10^{-13} equal to pi.
+CONSTANT_DIGITS = 60
+CONSTANT_TOLERANCE = 1e-45
 
 # ------------------------------------------------------------------------------------ extraction
 
@@ -117,7 +158,10 @@ _HASH_RE = re.compile(r"####[ \t]*([^\n]*)")
 # thousands of "answer is" linear rather than quadratic.
 _ANSWER_IS_RE = re.compile(r"(?i)\b(?:final\s+answer|answer)\s*(?:is|:|=)[ \t]*:?[ \t]*(?=([^\n]{0,500}))")
 _NUMBER_RE = re.compile(r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|[-+]?\.\d+")
-_COMMITTED_START_RE = re.compile(r"[-+\u2212$\\(\[{0-9.]|[A-Za-z]\s*=|[A-Za-z]\s*$|[A-Za-z][.)]?\s*$")
+_COMMITTED_START_RE = re.compile(  # also Unicode dashes, infinity and vulgar fractions ('-5' with an en dash, '½')
+    r"[-+\u2212\u2013\u2014\u221e\u00bc-\u00be\u2150-\u215e$\\(\[{0-9.]|[A-Za-z]\s*=|[A-Za-z]\s*$|[A-Za-z][.)]?\s*$"
+    r"|(?:about|approximately|roughly)\s+[-+$\\0-9.]"  # "the answer is about 12": 12, flagged approximate
+)
 
 
 class Extraction(NamedTuple):
@@ -226,7 +270,11 @@ def extract_answers(segment: str, *, fallback_last_number: bool = False) -> Extr
 # ------------------------------------------------------------------------------------ normalisation
 
 _TEXT_CMD_RE = re.compile(r"\\(?:text|textbf|textit|mbox|mathrm|mathbf|operatorname)\s*\{([^{}]*)\}")
-_SPACING_RE = re.compile(r"\\[,;:! ]|\\(?:quad|qquad|displaystyle|left|right|big|Big|bigg|Bigg)(?![A-Za-z])|~")
+# A row break `\\` is matched first so that its second backslash is never read as a control space (`\ `):
+# MATH writes matrices as `1 & 2 \\ 3 & 4`, and reading `\ ` there would glue the rows together.
+_SPACING_RE = re.compile(
+    r"\\\\|\\[,;:! ]|\\(?:quad|qquad|displaystyle|left|right|big|Big|bigg|Bigg)(?![A-Za-z])|~"
+)
 _THOUSANDS_RE = re.compile(r"[-+]?\d{1,3}(?:,\d{3})+(?:\.\d+)?")
 # 'x =', 'a_n =', 'f(x) =', 'g(s, t) :' in front of a value: the name is dropped, the value compared
 _NAME_PREFIX_RE = re.compile(
@@ -238,12 +286,15 @@ class Normalized(NamedTuple):
     """A normalised answer: `text` without its unit or %, `percent` whether a % was stripped, `unit` the
     unit stripped after the value, and `otherwise` the answer as read without that unit, used unless the
     other answer has a unit of the same dimension: the letters of a unit written against the number ('4s'),
-    or the reading before SI symbols were units ('2 V' as letters, '5\\text{ kPa}' as a label)."""
+    or the reading before SI symbols were units ('2 V' as letters, '5\\text{ kPa}' as a label). `approximate`:
+    the answer says it is a rounding ('\\approx 3.14', 'about 12'; see "Approximate answers" in the module
+    docstring)."""
 
     text: str
     percent: bool
     unit: Unit | None = None
     otherwise: Normalized | None = None
+    approximate: bool = False
 
 
 def _unwrap(s: str, prefix: str) -> str:
@@ -412,13 +463,61 @@ def _powers_to_latex(s: str, depth: int) -> str:
     return "".join(out) + s[i:]
 
 
+_UNICODE_SYMBOLS = {
+    **dict.fromkeys("\u2212\u2010\u2011\u2012\u2013\u2014\ufe63\uff0d", "-"),  # minus sign, hyphens, en/em dash
+    "\u00d7": "\\times ",
+    "\u00b7": "\\cdot ",
+    "\u03c0": "\\pi ",
+    "\u2264": "\\le ",
+    "\u2265": "\\ge ",
+    "\u2260": "\\ne ",
+    "\u2205": "\\emptyset ",
+    "\u221e": "\\infty ",
+    "\u2248": "\\approx ",
+    "\u222a": "\\cup ",
+    "\u2229": "\\cap ",
+    "\u2208": "\\in ",
+    "\u2216": "\\setminus ",
+    "\u211d": "\\mathbb{R}",
+    "\u00b1": "\\pm ",
+    "\u2044": "/",  # fraction slash
+    "\u2032": "'",  # prime (minutes)
+    "\u2033": "''",  # double prime (seconds)
+}
+_SUPERSCRIPTS = str.maketrans(
+    "\u2070\u00b9\u00b2\u00b3\u2074\u2075\u2076\u2077\u2078\u2079\u207b\u207a", "0123456789-+"
+)
+_SUBSCRIPTS = str.maketrans("\u2080\u2081\u2082\u2083\u2084\u2085\u2086\u2087\u2088\u2089", "0123456789")
+_SUPERSCRIPT_RUN_RE = re.compile("[\u2070\u00b9\u00b2\u00b3\u2074-\u2079\u207b\u207a]+")
+_SUBSCRIPT_RUN_RE = re.compile("[\u2080-\u2089]+")
+_VULGAR_FRACTIONS = {
+    "\u00bd": (1, 2), "\u2153": (1, 3), "\u2154": (2, 3), "\u00bc": (1, 4), "\u00be": (3, 4), "\u2155": (1, 5),
+    "\u2156": (2, 5), "\u2157": (3, 5), "\u2158": (4, 5), "\u2159": (1, 6), "\u215a": (5, 6), "\u2150": (1, 7),
+    "\u215b": (1, 8), "\u215c": (3, 8), "\u215d": (5, 8), "\u215e": (7, 8), "\u2151": (1, 9), "\u2152": (1, 10),
+}  # fmt: skip
+_VULGAR_RE = re.compile("[" + "".join(_VULGAR_FRACTIONS) + "]")
+# Python's digit separators in groups of three ('1_000_000'); a base subscript ('12_4') has no group of three
+_UNDERSCORE_GROUPS_RE = re.compile(r"(?<![\w.])\d{1,3}(?:_\d{3})+(?![\w.])")
+
+
+def _unicode_to_latex(s: str) -> str:
+    """Unicode math in LaTeX spelling: 'x²' -> 'x^{2}', '10⁻³' -> '10^{-3}', 'x₁' -> 'x_{1}',
+    '½' -> '\\frac{1}{2}' ('2½' -> '2\\frac{1}{2}', a mixed number), '–5' (an en dash) -> '-5',
+    '∞' -> '\\infty'."""
+    if s.isascii():
+        return s
+    for a, b in _UNICODE_SYMBOLS.items():
+        s = s.replace(a, b)
+    s = _SUPERSCRIPT_RUN_RE.sub(lambda m: "^{" + m.group(0).translate(_SUPERSCRIPTS) + "}", s)
+    s = _SUBSCRIPT_RUN_RE.sub(lambda m: "_{" + m.group(0).translate(_SUBSCRIPTS) + "}", s)
+    return _VULGAR_RE.sub(lambda m: "\\frac{%d}{%d}" % _VULGAR_FRACTIONS[m.group(0)], s)
+
+
 def _plain_to_latex(s: str) -> str:
-    """Plain-text math (sqrt(2), pi, **, unicode) in LaTeX spelling, so one parser handles both."""
+    """Plain-text math (sqrt(2), pi, **, unicode, 1_000) in LaTeX spelling, so one parser handles both."""
     s = python_powers_to_latex(s)
-    for a, b in (("\u2212", "-"), ("\u00d7", "\\times "), ("\u00b7", "\\cdot "), ("\u03c0", "\\pi ")):
-        s = s.replace(a, b)
-    for a, b in (("\u2264", "\\le "), ("\u2265", "\\ge "), ("\u2260", "\\ne "), ("\u2205", "\\emptyset ")):
-        s = s.replace(a, b)
+    s = _unicode_to_latex(s)
+    s = _UNDERSCORE_GROUPS_RE.sub(lambda m: m.group(0).replace("_", ""), s)
     s = s.replace("\u221a", "\\sqrt")
     s = re.sub(r"(?<![A-Za-z\\])sqrt\s*\(([^()]*)\)", r"\\sqrt{\1}", s)
     s = re.sub(r"(?<![A-Za-z\\])pi(?![A-Za-z])", r"\\pi ", s)
@@ -437,12 +536,13 @@ def normalize_answer(answer: str) -> Normalized:
 
 
 def _normalize(answer: str) -> Normalized:
-    s = _prepare(answer)
+    s, approximate = approximate_flag(_prepare(answer))
     head, unit, otherwise = split_unit(s)
     text, percent = _canonical(head)
     if otherwise is None:
-        return Normalized(text, percent, unit)
-    return Normalized(text, percent, unit, Normalized(_canonical(otherwise[0])[0], percent, otherwise[1]))
+        return Normalized(text, percent, unit, None, approximate)
+    other = Normalized(_canonical(otherwise[0])[0], percent, otherwise[1], None, approximate)
+    return Normalized(text, percent, unit, other, approximate)
 
 
 _normalize_cached = functools.lru_cache(maxsize=65536)(_normalize)
@@ -459,10 +559,52 @@ def _prepare(answer: str) -> str:
     s = s.replace("\\$", "").replace("$", "").replace("\\(", "").replace("\\)", "")
     s = s.replace("\\[", "").replace("\\]", "").replace("{,}", "")
     s = _plain_to_latex(s)
-    s = _SPACING_RE.sub(" ", s).strip()
+    s = _SPACING_RE.sub(lambda m: m.group(0) if m.group(0) == "\\\\" else " ", s).strip()
     s = _CONNECTIVE_RE.sub(",", s)
     s = _DEGREE_MARK_RE.sub(lambda _: "^{\\circ}", s)
+    s = _DEGREES_MINUTES_RE.sub(_degrees_minutes, s)
     return s.rstrip(".").strip()
+
+
+_NUMERAL = rf"(?<![\d.])\d{{1,{MAX_NUMBER_DIGITS}}}(?:\.\d{{1,{MAX_NUMBER_DIGITS}}})?(?![\d.])"  # bounded for int()
+_PRIME = r"(?:'|\^\s*\{?\s*\\prime\s*\}?)"
+_DOUBLE_PRIME = r"(?:''|\"|\^\s*\{?\s*\\prime\s*\\prime\s*\}?)"
+_DEGREES_MINUTES_RE = re.compile(
+    rf"(?P<sign>[-+]?)(?P<deg>{_NUMERAL})\^\{{\\circ\}}\s*(?P<min>{_NUMERAL})\s*{_PRIME}(?!')"
+    rf"(?:\s*(?P<sec>{_NUMERAL})\s*{_DOUBLE_PRIME})?"
+)
+
+
+def _degrees_minutes(m: re.Match[str]) -> str:
+    """An angle in degrees, minutes and seconds as the exact number of degrees it is: 30°15' -> 121/4°."""
+    value = Fraction(m.group("deg")) + Fraction(m.group("min")) / 60 + Fraction(m.group("sec") or 0) / 3600
+    number = str(value.numerator) if value.denominator == 1 else f"\\frac{{{value.numerator}}}{{{value.denominator}}}"
+    return f"{'-' if m.group('sign') == '-' else ''}{number}^{{\\circ}}"
+
+
+_NAME = r"[A-Za-z](?:_\s*\{?[A-Za-z0-9]+\}?)?"
+_APPROX_WORD_RE = re.compile(
+    r"(?:\\(?:text|mbox)\s*\{\s*)?(?:about|approximately|approx\.?|roughly|around|nearly)(?:\s*\})?\s*(?=[-+\d.\\])",
+    re.IGNORECASE,
+)
+_APPROX_SIGN_RE = re.compile(r"\\approx(?![A-Za-z])")
+
+
+def approximate_flag(s: str) -> tuple[str, bool]:
+    """(the value, whether the answer says it is approximate) for a prepared answer.
+
+    'about 12', '\\approx 3.14' and 'x \\approx 3.14' are 12 and 3.14, flagged approximate; in
+    '\\frac{1}{3} \\approx 0.333' the exact value before the sign is the answer, not its rounding."""
+    m = _APPROX_WORD_RE.match(s)
+    if m:
+        return s[m.end() :].strip(), True
+    m = _APPROX_SIGN_RE.search(s)
+    if m is None:
+        return s, False
+    before, after = s[: m.start()].strip(), s[m.end() :].strip()
+    if not before or re.fullmatch(rf"{_NAME}\s*=?", before):
+        return after, True
+    return before, False
 
 
 def _canonical(s: str) -> tuple[str, bool]:
@@ -475,11 +617,18 @@ def _canonical(s: str) -> tuple[str, bool]:
     s = _repeating_decimals(s)
     s = _empty_set_and_grouping(s)
     s = _NAME_VALUE_RE.sub("", s)  # 'x = 5', 'f(x) = x^2' -> the value
+    s = _last_of_chain(s)  # 'x = 3 + 2 = 5' -> '5'
+    base = _base_literal(s)
+    if base is not None:
+        return base, percent
+    s = _set_notation(s)
     s = re.sub(r"\^\s*(-?\d+(?:\.\d+)?|-?[A-Za-z])", r"^{\1}", s)  # 'x^31' is x^{31}, as math-verify reads it
     s = re.sub(r"_\s*([A-Za-z0-9])", r"_{\1}", s)  # '\log_2 8' must not become '\log_28'
     s = _GLUED_INDEX_RE.sub(_glued_index, s)
     s = re.sub(r"(\\[A-Za-z]+)\s+(?=[A-Za-z])", "\\1\x00", s)  # keep '\pi r' from becoming '\pir'
     s = _SPACED_UNIT_RE.sub("\x00", s)  # '(3 cm, 4 cm)': each part keeps its unit apart from its number
+    s = _MIXED_NUMBER_RE.sub(_mixed_number, s)  # '1 1/2', '1\frac{1}{2}' -> '\frac{3}{2}'
+    s = _spaced_digits(s)  # '1 000 000' -> '1000000'; '3 4' keeps a space: it is not 34
     s = re.sub(r"\s+", "", s).replace("\x00", " ")
     if _THOUSANDS_RE.fullmatch(s):
         s = s.replace(",", "")
@@ -488,6 +637,114 @@ def _canonical(s: str) -> tuple[str, bool]:
 
 
 _NAME_VALUE_RE = re.compile(_NAME_PREFIX_RE.pattern + r"(?=[^=]*$)")  # only where one '=' follows
+_EQUALS_RE = re.compile(r"(?<![<>!=\\])=(?!=)")  # an '=', not part of <=, >=, !=, ==
+
+
+def _last_of_chain(s: str) -> str:
+    """The last value of a chain of equalities ('x = 3 + 2 = 5' -> '5', 'a = b = 7' -> '7', and '3 + 2 = 5',
+    whose left side is a computation with no variable): '=' outside brackets and no comma there (a list of
+    equations 'x=1, y=2' is not a chain). One '=' after a variable is an equation ('x + y = 5'), kept."""
+    depth, equals, comma = 0, [], False
+    for i, c in enumerate(s):
+        depth += 1 if c in "([{" else -1 if c in ")]}" else 0
+        if depth == 0 and c == ",":
+            comma = True
+        elif depth == 0 and _EQUALS_RE.match(s, i):
+            equals.append(i)
+    left_has_variable = bool(equals) and re.search(r"[A-Za-z]", re.sub(r"\\[A-Za-z]+", "", s[: equals[0]])) is not None
+    if not equals or comma or (len(equals) == 1 and left_has_variable):
+        return s
+    return s[equals[-1] + 1 :].strip() or s
+
+
+# A number with a base subscript: '12_4', '12_{4}', '1011_{(2)}', '{1A}_{16}'. Its digits and base are kept
+# (see "Bases" in the module docstring): dropping the subscript made 12_4 equal 12_3.
+_BASE_LITERAL_RE = re.compile(r"\{?([0-9][0-9A-Za-z]*)\}?_\s*\{?\s*\(?\s*(\d{1,2})\s*\)?\s*\}?")
+_BASE_CANONICAL_RE = re.compile(r"([0-9][0-9A-Z]*)_\{\((\d+)\)\}")  # as _base_literal writes it: no name is spelt so
+
+
+def _base_literal(s: str) -> str | None:
+    """'12_{(4)}' for '12_4' (digits upper-cased, leading zeros dropped), or None if `s` is no such number.
+
+    The base is written in parentheses so that no other normalised answer has this form ('z1' is 'z_{1}')."""
+    m = _BASE_LITERAL_RE.fullmatch(s.strip())
+    if m is None or not 2 <= int(m.group(2)) <= 36:
+        return None
+    digits = m.group(1).upper().lstrip("0") or "0"
+    return f"{digits}_{{({int(m.group(2))})}}"
+
+
+def bases_equal(a: str, b: str) -> bool | None:
+    """Two answers of which at least one has a base subscript (None when neither has). Equal when both are
+    the same digits in the same base, or one is the digits alone ('12' for '12_4', the subscript left out);
+    the same value in another base, or in base ten, is not the number asked for ('6' is not '12_4')."""
+    ma, mb = _BASE_CANONICAL_RE.fullmatch(a), _BASE_CANONICAL_RE.fullmatch(b)
+    if ma is None and mb is None:
+        return None
+    if ma is not None and mb is not None:
+        return ma.groups() == mb.groups()
+    literal, other = (ma, b) if ma is not None else (mb, a)
+    digits = (other.upper().lstrip("0") or "0") if re.fullmatch(r"[0-9A-Za-z]+", other) else None
+    return digits == literal.group(1)
+
+
+_REALS = r"\\mathbb\s*\{?\s*R\s*\}?"
+_SET_BUILDER_RE = re.compile(
+    rf"\\\{{\s*(?P<var>[A-Za-z])\s*(?:\\in\s*{_REALS}\s*)?(?:\\mid|\\vert|\||:)\s*(?P<cond>.+?)\s*\\\}}"
+)
+_REALS_MINUS_RE = re.compile(
+    rf"(?P<head>(?:[A-Za-z]\s*\\in\s*)?){_REALS}\s*(?:\\setminus|\\backslash|-)\s*\\\{{(?P<items>.+)\\\}}"
+)
+_REALS_RE = re.compile(rf"(?P<head>(?:[A-Za-z]\s*\\in\s*)?){_REALS}")
+
+
+def _set_notation(s: str) -> str:
+    """Sets of reals in the interval notation the comparison reads: a set-builder '\\{x \\mid x > 2\\}' is
+    its condition 'x > 2' (an inequality is the set it describes), '\\mathbb{R}' is '(-\\infty,\\infty)', and
+    '\\mathbb{R} \\setminus \\{0\\}' the union of the intervals between the removed numbers."""
+    m = _SET_BUILDER_RE.fullmatch(s)
+    if m and re.search(rf"(?<![A-Za-z\\]){m.group('var')}(?![A-Za-z])", m.group("cond")):
+        return m.group("cond")
+    m = _REALS_MINUS_RE.fullmatch(s)
+    if m:
+        items = [re.sub(r"\s+", "", x) for x in _split_top_level(m.group("items"))]
+        numbers = [parse_number(x) for x in items]
+        if all(n is not None for n in numbers):
+            points = [x for _, x in sorted(zip([n.value for n in numbers], items, strict=True))]
+            ends = ["-\\infty", *dict.fromkeys(points), "\\infty"]
+            return m.group("head") + "\\cup".join(f"({lo},{hi})" for lo, hi in zip(ends, ends[1:]))
+        return s
+    m = _REALS_RE.fullmatch(s)
+    return m.group("head") + "(-\\infty,\\infty)" if m else s
+
+
+# A whole number then a proper fraction, '1 1/2' or '1\frac{1}{2}', as a term of its own ('x\frac{1}{2}' is x/2,
+# and '3\frac{1}{2}\pi', '3\frac{1}{2}(x+1)' are products, as the LaTeX parser reads them too): the mixed number
+# it spells. Digit runs are bounded like any number's (int() refuses 4300+ digits).
+_DIGITS = rf"\d{{1,{MAX_NUMBER_DIGITS}}}"
+_MIXED_NUMBER_RE = re.compile(
+    rf"(?<![\w.}}^_/\\])(?P<sign>-?)(?P<whole>{_DIGITS})"
+    rf"(?:\s+(?P<num>{_DIGITS})\s*/\s*(?P<den>{_DIGITS})|\s*\\frac\{{(?P<fnum>{_DIGITS})\}}\{{(?P<fden>{_DIGITS})\}})"
+    r"(?![\w.{^/\\(\[])"
+)
+# Digit groups separated by spaces ('1 000 000', '12 345.5'): groups of three after the first, from 1 to 3 digits
+_DIGIT_GROUPS_RE = re.compile(r"(?<![\d.])\d{1,3}(?:\s+\d{3})+(?:\.\d+)?(?![\d.])")
+
+
+def _mixed_number(m: re.Match[str]) -> str:
+    """'\\frac{3}{2}' for '1 1/2'; unchanged unless the fraction is proper (2 3/2 is no mixed number)."""
+    num, den = int(m.group("num") or m.group("fnum")), int(m.group("den") or m.group("fden"))
+    if not 0 < num < den:
+        return m.group(0)
+    value = int(m.group("whole")) * den + num
+    return f"{m.group('sign')}\\frac{{{value}}}{{{den}}}"
+
+
+def _spaced_digits(s: str) -> str:
+    """Spaces inside digit groups deleted ('1 000 000'); any other space between two digits marked to stay,
+    so that '3 4' and '5 \\quad 6' are not read as 34 and 56."""
+    s = _DIGIT_GROUPS_RE.sub(lambda m: re.sub(r"\s+", "", m.group(0)), s)
+    return re.sub(r"(?<=\d)\s+(?=\d)", "\x00", s)
 _SPACED_UNIT_RE = re.compile(rf"(?<=[\d}}])\s+(?=(?:{units.NAME_PATTERN})(?![A-Za-z]))")
 # A letter followed by digits is one name ('z1' is z_1, as a program writes it), not the letter times the
 # digits, which would make '2108*z1' equal '2108*z'. Not after a letter or backslash ('\log2', 'ab1' stay as
@@ -614,17 +871,31 @@ def round_to_places(x: Fraction, places: int) -> Fraction:
     return (magnitude if x >= 0 else -magnitude) / scale
 
 
-def decimal_states(d: Number, x: Fraction) -> bool:
+def decimal_states(d: Number, x: Fraction, min_significant: int = MIN_SIGNIFICANT_DIGITS) -> bool:
     """Does the written decimal `d` state `x`, a value with no finite decimal expansion, to its precision?
 
-    Yes when `d` is `x` rounded at `d`'s last written place and `d` has at least MIN_SIGNIFICANT_DIGITS
-    significant digits (see "Written precision" in the module docstring).
+    Yes when `d` is `x` rounded at `d`'s last written place and `d` has at least `min_significant`
+    (MIN_SIGNIFICANT_DIGITS) significant digits (see "Written precision" in the module docstring).
     """
-    return (
-        d.places is not None
-        and d.significant >= MIN_SIGNIFICANT_DIGITS
-        and round_to_places(x, d.places) == d.value
-    )
+    return d.places is not None and d.significant >= min_significant and round_to_places(x, d.places) == d.value
+
+
+def approximately_equal(pred: Number, ref: Number, pred_approximate: bool, ref_approximate: bool) -> bool:
+    """The readings an approximate answer adds (see "Approximate answers" in the module docstring).
+
+    A reference flagged approximate ('\\approx 3.14', 'about 12') is a rounding at its last written place:
+    `pred` matches when it rounds to it there and is written at least as finely. A prediction flagged
+    approximate matches a reference written as a decimal when it rounds to that decimal at the reference's
+    places and is written at least as finely (about 3.1416 for 3.14; not about 5 for 4.8); against an integer
+    or a fraction the flag adds nothing (exact values are stated exactly)."""
+    if ref_approximate:
+        places = ref.places if ref.places is not None else 0 if ref.value.denominator == 1 else None
+    elif pred_approximate:
+        places = ref.places
+    else:
+        return False
+    finer = pred.places is None or (places is not None and pred.places >= places)
+    return places is not None and finer and round_to_places(pred.value, places) == ref.value
 
 
 def _within_rel_tol(x: Fraction, y: Fraction, rel_tol: float | None) -> bool:
@@ -746,6 +1017,8 @@ def _too_complex(s: str) -> str | None:
         return "huge_literal"
     if re.search(r"\\(?:int|iint|oint|sum|prod|lim)(?![A-Za-z])", s):
         return "unsupported_operator"
+    if re.search(r"\d \d", s):  # '3 4': the parser would add them (7); no reading of it is the answer's
+        return "spaced_digits"
     for m in re.finditer(r"(\d+)\s*!", s):
         if int(m.group(1)) > 1000:
             return "huge_factorial"
@@ -817,24 +1090,29 @@ def _approximate(x: Any, digits: int) -> Fraction | None:
     return _fraction(sympy.Rational(value))
 
 
-def decimal_equals_expr(d: Number, x: Any, rel_tol: float | None = None) -> bool:
+def decimal_equals_expr(
+    d: Number, x: Any, rel_tol: float | None = None, min_significant: int = MIN_SIGNIFICANT_DIGITS
+) -> bool:
     """Written decimal `d` against a sympy constant `x` (`\\pi`, `\\sqrt{2}`, `\\log_2 8`), by written precision.
 
-    Exact if `x` simplifies to `d`'s value; otherwise `d` must be `x` rounded at `d`'s precision (with at
-    least MIN_SIGNIFICANT_DIGITS), judged on a value of `x` 25 digits finer than `d` is written.
+    Powers, products and sums of rationals are evaluated exactly first (`2^{100}` is an integer, which a
+    decimal rounding does not state: 1.2677e30 is not 2^100). Otherwise exact if `x` simplifies to `d`'s
+    value, or `d` must be `x` rounded at `d`'s precision (with at least `min_significant` significant
+    digits), judged on a value of `x` 25 digits finer than `d` is written.
     """
     sympy, _ = _sympy_modules()
     x = _exact_floats(x)
     if not isinstance(x, sympy.Expr) or x.free_symbols:
         return False
-    if x.is_Rational:
-        return numbers_equal(d, Number(_fraction(x)), rel_tol)
+    exact = x.doit()  # latex2sympy leaves 2^{100} unevaluated; the exponents are bounded by _too_complex
+    if exact.is_Rational:
+        return numbers_equal(d, Number(_fraction(exact)), rel_tol)
     if sympy.simplify(x - sympy.Rational(d.value.numerator, d.value.denominator)) == 0:
         return True
     approx = _approximate(x, max(30, d.significant + 25))
     if approx is None:
         return False
-    return decimal_states(d, approx) or _within_rel_tol(approx, d.value, rel_tol)
+    return decimal_states(d, approx, min_significant) or _within_rel_tol(approx, d.value, rel_tol)
 
 
 def _merge_union(e: Any) -> Any:
@@ -870,7 +1148,7 @@ def _low_degree(e: Any) -> bool:
     sympy, _ = _sympy_modules()
     (x,) = e.free_symbols
     for r in e.atoms(sympy.Rel):
-        gap = r.lhs - r.rhs
+        gap = (r.lhs - r.rhs).replace(sympy.Abs, lambda u: u)  # |x| >= 1 is solved as cheaply as x >= 1
         if not gap.is_polynomial(x) or sympy.degree(gap, x) > MAX_INEQUALITY_DEGREE:
             return False
     return True
@@ -954,13 +1232,30 @@ def _sympy_equal(ea: Any, eb: Any, rel_tol: float | None, depth: int = 0) -> boo
     return False
 
 
+def rational_equals_constant(r: Any, x: Any) -> bool:
+    """An exact rational against a constant that does not evaluate to one: never equal when sympy knows `x` is
+    irrational (a rational within 1e-12 of pi is still not pi); otherwise (`\\log_2 8`, which it cannot always
+    reduce) equal only when `x` agrees with `r` to far more digits than `r` has: a fraction p/q close to an
+    irrational agrees with it to about twice the digits of q at best, so 1e-12 would admit 7-digit fractions."""
+    sympy, _ = _sympy_modules()
+    if x.is_rational is False or not x.is_number:
+        return False
+    digits = min(2 * (len(str(r.p)) + len(str(r.q))) + 30, MAX_RATIONAL_DIGITS)
+    approx = _approximate(x, digits)
+    if approx is None:
+        return False
+    value = _fraction(r)
+    return abs(approx - value) <= Fraction(1, 10 ** (digits - 10)) * max(abs(value), abs(approx), Fraction(1))
+
+
 def _mp_complex(v: Any) -> Any:
-    """A sympy number as an mpmath complex (53-bit mantissa, unbounded exponent)."""
+    """A sympy number as an mpmath complex (the context's mantissa, unbounded exponent)."""
     import mpmath  # sympy's own dependency, deferred with sympy
 
     sympy, _ = _sympy_modules()
     re_part, im_part = v.as_real_imag()
-    return mpmath.mpc(mpmath.mpf(sympy.Float(re_part, 30)), mpmath.mpf(sympy.Float(im_part, 30)))
+    real, imaginary = (mpmath.mpf(sympy.Float(part, CONSTANT_DIGITS)) for part in (re_part, im_part))
+    return mpmath.mpc(real, imaginary)
 
 
 def _expr_equal(ea: Any, eb: Any, rel_tol: float | None) -> bool:
@@ -977,18 +1272,23 @@ def _expr_equal(ea: Any, eb: Any, rel_tol: float | None) -> bool:
     ra, rb = xa.doit(), xb.doit()  # latex2sympy leaves 2^{999} unevaluated
     if ra.is_Rational and rb.is_Rational and not (inexact and rel_tol is not None):
         return bool(ra == rb)  # exact numbers compare exactly: 2^{999} + 1 is not 2^{999}
-    va, vb = sympy.N(xa, 30), sympy.N(xb, 30)
+    if (ra.is_Rational or rb.is_Rational) and not (inexact and rel_tol is not None):
+        return rational_equals_constant(*((ra, rb) if ra.is_Rational else (rb, ra)))
+    va, vb = sympy.N(xa, CONSTANT_DIGITS), sympy.N(xb, CONSTANT_DIGITS)
     if not (va.is_number and vb.is_number) or va.has(sympy.zoo, sympy.nan) or vb.has(sympy.zoo, sympy.nan):
         return False
     if va.is_infinite or vb.is_infinite:
         return bool(va == vb)
     # In mpmath numbers, not Python floats: a value past the float range (575! ~ 1e1338) is inf as a Python
     # complex, and inf <= 1e-12 * inf would call it equal to every number, a reward a policy learns to collect.
-    a, b = _mp_complex(va), _mp_complex(vb)
-    scale = max(abs(a), abs(b))  # no floor: 1/575! is not 0 either
-    diff = abs(a - b)
-    tol = max(1e-12, rel_tol) if inexact and rel_tol is not None else 1e-12
-    return bool(diff <= tol * scale)
+    import mpmath  # sympy's own dependency, deferred with sympy
+
+    with mpmath.workdps(CONSTANT_DIGITS):
+        a, b = _mp_complex(va), _mp_complex(vb)
+        scale = max(abs(a), abs(b))  # no floor: 1/575! is not 0 either
+        diff = abs(a - b)
+        tol = max(CONSTANT_TOLERANCE, rel_tol) if inexact and rel_tol is not None else CONSTANT_TOLERANCE
+        return bool(diff <= mpmath.mpf(tol) * scale)
 
 
 def _to_sympy(s: str) -> Any:
@@ -1026,11 +1326,20 @@ def symbolic_equal(a: str, b: str, *, rel_tol: float | None = None, timeout_s: f
 
 
 def decimal_equals_closed_form(
-    decimals: list[Number], other: str, *, rel_tol: float | None = None, timeout_s: float = 2.0
+    decimals: list[Number],
+    other: str,
+    *,
+    rel_tol: float | None = None,
+    timeout_s: float = 2.0,
+    min_significant: int | None = None,
 ) -> tuple[bool, str]:
     """(equal, reason): does a written decimal (any of its percent readings) state the closed form `other`?"""
+    minimum = MIN_SIGNIFICANT_DIGITS if min_significant is None else min_significant
     return _guarded_sympy(
-        (other,), lambda: any(decimal_equals_expr(d, _to_sympy(other), rel_tol) for d in decimals), "decimal", timeout_s
+        (other,),
+        lambda: any(decimal_equals_expr(d, _to_sympy(other), rel_tol, minimum) for d in decimals),
+        "decimal",
+        timeout_s,
     )
 
 
@@ -1100,6 +1409,9 @@ def _values_equal(a: Normalized, b: Normalized, rel_tol: float | None, timeout_s
     """Two normalised answers in the same unit (or one without): strings, numbers, sequences, then sympy."""
     if a.text == b.text or (_words_only(a.text) and a.text.lower() == b.text.lower()):
         return True, "string"
+    based = bases_equal(a.text, b.text)
+    if based is not None:
+        return based, "base"
     single = _singleton_pair(a, b)
     if single is not None:
         return _values_equal(*single, rel_tol, timeout_s)
@@ -1109,7 +1421,9 @@ def _values_equal(a: Normalized, b: Normalized, rel_tol: float | None, timeout_s
     na, nb = parse_number(a.text), parse_number(b.text)
     if na is not None and nb is not None:
         readings_a, readings_b = percent_readings(na, a.percent, b.percent), percent_readings(nb, b.percent, a.percent)
-        return any(numbers_equal(x, y, rel_tol) for x in readings_a for y in readings_b), "numeric"
+        if any(numbers_equal(x, y, rel_tol) for x in readings_a for y in readings_b):
+            return True, "numeric"
+        return approximately_equal(na, nb, a.approximate, b.approximate), "numeric"
     sa, sb = _sequence_form(a.text), _sequence_form(b.text)
     if sa is not None and sb is not None:
         return _sequences_equal(sa, sb, rel_tol, timeout_s)
@@ -1117,7 +1431,10 @@ def _values_equal(a: Normalized, b: Normalized, rel_tol: float | None, timeout_s
         if number is not None and number.places is not None:  # a written decimal against a closed form
             readings = percent_readings(number, side.percent, other.percent)
             readings += [_scaled(number, 2)] if other.percent and not side.percent else []
-            return decimal_equals_closed_form(readings, other.text, rel_tol=rel_tol, timeout_s=timeout_s)
+            coarse = side is b and b.approximate  # an approximate reference states its value at its own places
+            return decimal_equals_closed_form(
+                readings, other.text, rel_tol=rel_tol, timeout_s=timeout_s, min_significant=1 if coarse else None
+            )
     pairs = [(a.text, b.text)]
     if a.percent != b.percent:  # a closed form with % on one side: also as the fraction it is
         pairs.append((f"\\frac{{{a.text}}}{{100}}", b.text) if a.percent else (a.text, f"\\frac{{{b.text}}}{{100}}"))

@@ -28,7 +28,7 @@ def test_spec_validation():
         RewardSpec("math", weight=True)
     with pytest.raises(ValueError, match="pins version"):
         RewardSpec("math", version="0")
-    spec = RewardSpec("math", 2, {"rel_tol": 1e-3}, version="6")
+    spec = RewardSpec("math", 2, {"rel_tol": 1e-3}, version="7")
     assert spec.weight == 2.0 and spec.dimension == "math"
     with pytest.raises(dataclasses.FrozenInstanceError):
         spec.weight = 3.0  # type: ignore[misc]
@@ -71,7 +71,7 @@ def test_evaluate_keeps_one_column_per_dimension():
     assert infos["dimensions"] == ["math", "format"] and infos["weights"] == pytest.approx([1.0, 0.2])
     assert set(infos["time_s"]) == {"math", "format"} and all(t >= 0 for t in infos["time_s"].values())
     assert infos["per_response"][1]["math"]["reason"] == "wrong_answer"
-    assert infos["versions"] == {"math": "6", "format": "2"}
+    assert infos["versions"] == {"math": "7", "format": "2"}
     # the same numbers as calling each reward directly
     assert R[:, 0].tolist() == [math_reward(r, {"answer": "4"}).score for r in RESPONSES]
     assert R[:, 1].tolist() == [format_reward(r, {}).score for r in RESPONSES]
