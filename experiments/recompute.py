@@ -8,6 +8,12 @@ scratch folder (problems unpacked), runs the launcher named by results.json's pr
 --summarize-only --out <scratch> (the launcher's own summarize, comparisons and tables; no training, no model), and
 compares the recomputed results.md with the committed one line by line. Exit 0 when every line matches; 1 with the
 lines that differ.
+
+The launcher is the one of the commit that recorded the study (provenance `git.commit`, clean), extracted with
+`git archive` into the scratch folder: the code that produced the tables recomputes them, so a later change to a
+default (a new alarm rule in the run config the launcher checks each run against) cannot make a committed study
+unrecomputable. `--code current` uses the working tree instead; so does a study recorded from a dirty tree or a
+commit this clone does not have (said on stdout).
 """
 
 from __future__ import annotations
@@ -56,29 +62,55 @@ def unpack(runs: str, scratch: str) -> None:
                 shutil.copyfile(src, os.path.join(target, name))
 
 
+def recorded_source(provenance: dict, scratch: str) -> str | None:
+    """A copy of the recording commit's tree under `scratch` (its path), or None where the study was recorded
+    from a dirty tree or this clone lacks the commit."""
+    git = provenance.get("git") or {}
+    commit = git.get("commit")
+    if not commit or git.get("dirty", True):
+        return None
+    if subprocess.run(["git", "cat-file", "-e", f"{commit}^{{commit}}"], cwd=ROOT, capture_output=True).returncode:
+        return None
+    src = os.path.join(scratch, "source")
+    os.makedirs(src)
+    archive = subprocess.run(["git", "archive", commit], cwd=ROOT, capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", src], input=archive, check=True)
+    return src
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("study", help="a study's results folder (results.md, results.json, runs/)")
+    ap.add_argument("--code", choices=("recorded", "current"), default="recorded",
+                    help="the launcher of the commit that recorded the study (default) or of this working tree")
     args = ap.parse_args(argv)
     with open(os.path.join(args.study, "results.json")) as f:
-        command = json.load(f)["provenance"]["command"]
+        provenance = json.load(f)["provenance"]
+    command = provenance["command"]
     if not os.path.isdir(os.path.join(args.study, "runs")):
         print(f"{args.study}: no runs/ folder; nothing to recompute from", file=sys.stderr)
         return 1
     script, extra = launcher_args(command)
     with tempfile.TemporaryDirectory() as scratch:
-        unpack(os.path.join(args.study, "runs"), scratch)
-        cmd = [sys.executable, os.path.join(ROOT, script), *extra, "--summarize-only", "--quiet", "--out", scratch]
-        done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+        runs = os.path.join(scratch, "runs")
+        unpack(os.path.join(args.study, "runs"), runs)
+        src = recorded_source(provenance, scratch) if args.code == "recorded" else None
+        if src is None and args.code == "recorded":
+            print(f"{args.study}: recorded from a dirty tree or a commit this clone lacks; using the current code")
+        root = src or ROOT
+        cmd = [sys.executable, os.path.join(root, script), *extra, "--summarize-only", "--quiet", "--out", runs]
+        env = {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
+        done = subprocess.run(cmd, cwd=root, capture_output=True, text=True, env=env)
         if done.returncode:
             print(done.stdout[-2000:] + done.stderr[-2000:], file=sys.stderr)
             return 1
-        with open(os.path.join(scratch, "results.md")) as f:
+        with open(os.path.join(runs, "results.md")) as f:
             recomputed = f.read().splitlines()
     with open(os.path.join(args.study, "results.md")) as f:
         committed = f.read().splitlines()
     diff = list(difflib.unified_diff(committed, recomputed, "committed", "recomputed", lineterm="", n=0))
-    print(f"{' '.join(cmd[1:])}: {len(committed)} lines, " + ("all equal" if not diff else f"{len(diff)} diff lines"))
+    code = f"the code of {provenance['git']['commit'][:12]}" if src else "the current code"
+    print(f"{' '.join([script, *extra])} --summarize-only ({code}): {len(committed)} lines, " + ("all equal" if not diff else f"{len(diff)} diff lines"))
     print("\n".join(diff))
     return 1 if diff else 0
 
