@@ -10,7 +10,8 @@ subclass with its own methods fails the call; a main block, stderr, stdin by pat
 generators work as in one interpreter; the state the tests' process shares with a call (its prints, the
 stdin the tests feed, files in the working directory, `random`, the recursion limit, warnings, `from
 solution import`, signatures, builtin types as values) reaches the other side; a builtin the tests build an
-expected value with stays theirs. Each wrong program here must score 0 and each right one 1, in every test
+expected value with stays theirs; instances of the program's own classes the tests build arguments with go
+back as themselves. Each wrong program here must score 0 and each right one 1, in every test
 format that applies (HumanEval `check(candidate)`, an MBPP list of asserts, assert lines in one string).
 """
 
