@@ -727,6 +727,15 @@ OWN_OBJECTS = {
         ["s = Stack()\nassert {f}([s, 1]) is s\ns.push(4)\ns.push(5)\nassert s.pop() == 5 and s.items == [4]"],
         "", ("return xs[0]", "return xs[-1]"),
     ),
+    "closure-and-generator-of-nodes": (
+        "class Node:\n    def __init__(self, v):\n        self.v = v\n"
+        "def make_adder(n):\n    return lambda x: x + n\n"
+        "def nodes(k):\n    for i in range(k):\n        yield Node(i)\n"
+        "def total(ns):\n    return sum(n.v for n in ns)\n",
+        "total",
+        ["assert make_adder(2)(3) == 5 and {f}(list(nodes(3))) == 3", "ns = list(nodes(4))\nassert {f}(ns) == 6 and ns[2].v == 2"],
+        "", ("sum(n.v for n in ns)", "sum(n.v for n in ns[:-1])"),
+    ),
 }  # fmt: skip
 OWN_OBJECT_CASES = [(task, fmt) for task in sorted(OWN_OBJECTS) for fmt in ("humaneval", "mbpp", "assert-lines")]
 

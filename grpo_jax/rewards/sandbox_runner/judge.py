@@ -307,7 +307,8 @@ def _refuse(proxy, what):
     channel = object.__getattribute__(proxy, "_proxies").channel
     raise channel.fail(
         _CallFailed(f"the tests used {what} on a {name!r} object of the program's, which is not plain data: "
-                    "it stays in the program's process, and only passing it back to the program is served")
+                    "it stays in the program's process, where it may only be passed back, have its attributes read or "
+                    "set, or be called")
     )  # fmt: skip
 
 
