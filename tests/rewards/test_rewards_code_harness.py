@@ -724,7 +724,8 @@ OWN_OBJECTS = {
     ),
     "identity-and-methods": (
         STACK, "first",
-        ["s = Stack()\nassert {f}([s, 1]) is s\ns.push(4)\ns.push(5)\nassert s.pop() == 5 and s.items == [4]"],
+        ["s = Stack()\nassert {f}([s, 1]) is s\ns.push(4)\ns.push(5)\nassert s.pop() == 5 and s.items == [4]\n"
+         "s.items.append(7)\nassert s.pop() == 7"],
         "", ("return xs[0]", "return xs[-1]"),
     ),
     "closure-and-generator-of-nodes": (
