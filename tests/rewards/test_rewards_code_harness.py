@@ -737,6 +737,12 @@ OWN_OBJECTS = {
         ["assert make_adder(2)(3) == 5 and {f}(list(nodes(3))) == 3", "ns = list(nodes(4))\nassert {f}(ns) == 6 and ns[2].v == 2"],
         "", ("sum(n.v for n in ns)", "sum(n.v for n in ns[:-1])"),
     ),
+    "in-a-shared-container-the-tests-change": (
+        "class Node:\n    def __init__(self, v):\n        self.v = v\n"
+        "BOARD = [Node(1)]\ndef get():\n    return BOARD\ndef total():\n    return sum(n.v for n in BOARD)\n",
+        "total", ["b = get()\nb.append(b[0])\nassert {f}() == 2 and get() is b and b[0] is b[1]"],
+        "", ("for n in BOARD)", "for n in BOARD[:1])"),
+    ),
 }  # fmt: skip
 OWN_OBJECT_CASES = [(task, fmt) for task in sorted(OWN_OBJECTS) for fmt in ("humaneval", "mbpp", "assert-lines")]
 
