@@ -319,7 +319,8 @@ def rigged_instance(dunder: str, fmt: str) -> tuple[str, dict]:
     method, line = RIGGED_INSTANCES[dunder]
     program = f"class Rigged:\n    {method}\ndef square(x):\n    return Rigged()\n"
     if fmt == "humaneval":
-        return program, {"tests": "def check(candidate):\n    " + line.format(f="candidate") + "\n", "entry_point": "square"}
+        check = "def check(candidate):\n    " + line.format(f="candidate") + "\n"
+        return program, {"tests": check, "entry_point": "square"}
     if fmt == "mbpp":
         return program, {"tests": [line.format(f="square")]}
     return program, {"tests": line.format(f="square") + "\n"}

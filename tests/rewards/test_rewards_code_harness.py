@@ -734,7 +734,8 @@ OWN_OBJECTS = {
         "def nodes(k):\n    for i in range(k):\n        yield Node(i)\n"
         "def total(ns):\n    return sum(n.v for n in ns)\n",
         "total",
-        ["assert make_adder(2)(3) == 5 and {f}(list(nodes(3))) == 3", "ns = list(nodes(4))\nassert {f}(ns) == 6 and ns[2].v == 2"],
+        ["assert make_adder(2)(3) == 5 and {f}(list(nodes(3))) == 3",
+         "ns = list(nodes(4))\nassert {f}(ns) == 6 and ns[2].v == 2"],
         "", ("sum(n.v for n in ns)", "sum(n.v for n in ns[:-1])"),
     ),
     "in-a-shared-container-the-tests-change": (

@@ -309,7 +309,9 @@ FORGED_OBJECT_REPLIES = {
     "number-as-str": ["ok", ["T", [["I", "4"], ["Ob", ["0", "Pair"]]]], [], NO_SHARE],
     "without-class-name": ["ok", ["T", [["I", "4"], ["Ob", 0]]], [], NO_SHARE],
     "renamed": ["ok", ["T", [["I", "4"], ["Ob", [0, "Pair"]], ["Ob", [0, "Node"]]]], [], NO_SHARE],
-    "in-exception-attributes": ["raise", ["ValueError", "ValueError", "m", None, [["x", ["Ob", [0, "P"]]]]], [], NO_SHARE],
+    "in-exception-attributes": [
+        "raise", ["ValueError", "ValueError", "m", None, [["x", ["Ob", [0, "P"]]]]], [], NO_SHARE
+    ],
     "in-exception-args": ["raise", ["ValueError", "ValueError", "m", ["T", [["Ob", [0, "P"]]]], []], [], NO_SHARE],
 }  # fmt: skip
 OBJECT_TESTS = """\

@@ -402,7 +402,8 @@ def test_an_instance_of_the_programs_class_crosses_as_a_handle_and_comes_back_as
     kept, proxies = solution._Kept(), judge._Proxies(_FakeChannel())
     pair = _ProgramClass()
     sent = json.loads(json.dumps(wire._Encoder(held=kept).encode([pair, pair, (pair,)])))
-    assert sent == ["L", [["Ob", [0, "_ProgramClass"]], ["Ob", [0, "_ProgramClass"]], ["T", [["Ob", [0, "_ProgramClass"]]]]]]
+    handle = ["Ob", [0, "_ProgramClass"]]
+    assert sent == ["L", [handle, handle, ["T", [handle]]]]
     value = wire._Decoder(held=proxies).decode(sent)
     assert type(value[0]) is judge._Remote and value[0] is value[1] is value[2][0]
     back = json.loads(json.dumps(wire._Encoder(held=proxies).encode({"p": value[0]})))

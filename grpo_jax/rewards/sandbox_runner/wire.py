@@ -9,8 +9,8 @@ builtin and `collections` containers of them (a long flat list of ints, floats o
 `["R", n]`, so aliasing survives; `["A", n]` names the n-th container of the call's own request (an
 argument coming back), `["H", n]` a container both processes share across calls (`_Shared`), `["G", n]`
 an iterator that stays in the solution's process, `["Ob", [n, class name]]` an instance of the program's
-own classes that stays there too (`["Ob", n]` when the tests pass it back; see `_Held`); a NaN keeps its identity as `["An", n]` (the request's
-n-th NaN) and `["Rn", n]` (the message's). A value nested
+own classes that stays there too (`["Ob", n]` when the tests pass it back; see `_Held`); a NaN keeps
+its identity as `["An", n]` (the request's n-th NaN) and `["Rn", n]` (the message's). A value nested
 deeper than _MAX_DEPTH, or containing itself, is `_NotPlain` when encoded and `_BadWire` when decoded;
 anything malformed decodes to one of _DECODE_ERRORS, never to a value of another type. A raised
 exception travels as `_error_info`.
