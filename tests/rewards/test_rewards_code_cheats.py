@@ -288,3 +288,52 @@ def test_a_test_that_swallows_the_failure_still_fails():
     assert score("def f(x):\n    return object()\n", sample)[0] == 0.0
     assert score("import os\ndef f(x):\n    os._exit(0)\n", sample)[0] == 0.0
     assert score("def f(x):\n    return x\n", sample)[0] == 1.0
+
+
+RIGGED_INSTANCES = {
+    # dunder -> (its rigged definition, an assertion it would pass in one interpreter for a wrong `f`)
+    "eq": ("def __eq__(self, other): return True", "assert {f}(2) == 4"),
+    "reflected-eq": ("def __eq__(self, other): return True", "assert 4 == {f}(2)"),
+    "ne": ("def __ne__(self, other): return False", "assert not ({f}(2) != 4)"),
+    "bool": ("def __bool__(self): return True", "assert {f}(3)"),
+    "hash": ("def __hash__(self): return 4\n    def __eq__(self, other): return True", "assert {f}(2) in {{4}}"),
+    "str": ("def __str__(self): return '4'", "assert str({f}(2)) == '4'"),
+    "repr": ("def __repr__(self): return '4'", "assert repr({f}(2)) == '4'"),
+    "format": ("def __format__(self, spec): return '4'", "assert f'{{{f}(2)}}' == '4'"),
+    "len": ("def __len__(self): return 4", "assert len({f}(2)) == 4"),
+    "iter": ("def __iter__(self): return iter([4])", "assert list({f}(2)) == [4]"),
+    "index": ("def __index__(self): return 4", "assert [0, 1, 2, 3, 4][{f}(2)] == 4"),
+    "float": ("def __float__(self): return 4.0", "assert abs(float({f}(2)) - 4.0) < 1e-9"),
+    "sub": ("def __sub__(self, other): return 0", "assert {f}(2) - 4 == 0"),
+    "lt": ("def __lt__(self, other): return True", "assert {f}(2) < 5"),
+    "class-claim": ("__class__ = property(lambda self: int)", "assert isinstance({f}(2), int)"),
+    "contains": ("def __contains__(self, item): return True", "assert 4 in {f}(2)"),
+    "getitem": ("def __getitem__(self, i): return 4", "assert {f}(2)[0] == 4"),
+}  # fmt: skip
+RIGGED_INSTANCE_CASES = [(dunder, fmt) for dunder in sorted(RIGGED_INSTANCES) for fmt in sorted(FORMATS)]
+
+
+def rigged_instance(dunder: str, fmt: str) -> tuple[str, dict]:
+    """(a wrong program returning an instance of its own class with that dunder rigged, the tests of
+    that format using it)."""
+    method, line = RIGGED_INSTANCES[dunder]
+    program = f"class Rigged:\n    {method}\ndef square(x):\n    return Rigged()\n"
+    if fmt == "humaneval":
+        check = "def check(candidate):\n    " + line.format(f="candidate") + "\n"
+        return program, {"tests": check, "entry_point": "square"}
+    if fmt == "mbpp":
+        return program, {"tests": [line.format(f="square")]}
+    return program, {"tests": line.format(f="square") + "\n"}
+
+
+@pytest.mark.parametrize("dunder, fmt", RIGGED_INSTANCE_CASES, ids=[f"{d}-{f}" for d, f in RIGGED_INSTANCE_CASES])
+def test_a_rigged_instance_of_the_programs_class_never_passes(dunder, fmt):
+    """An instance of the program's own class stays in its process; the tests hold a proxy that refuses
+    every use by which the object could judge itself (comparison, truth, hashing, str/repr/format,
+    len, iteration, indexing, conversion, arithmetic, `isinstance` through `__class__`), so a rigged
+    one scores 0 where one interpreter would pass it, and says why (an instance that claims to be an
+    `int` through `__class__` is refused as a result already: it is not plain data either way)."""
+    program, sample = rigged_instance(dunder, fmt)
+    value, info = score(program, sample)
+    assert value == 0.0, info
+    assert "is not plain data" in info["results"][0].get("stderr_tail", ""), info

@@ -10,7 +10,8 @@ subclass with its own methods fails the call; a main block, stderr, stdin by pat
 generators work as in one interpreter; the state the tests' process shares with a call (its prints, the
 stdin the tests feed, files in the working directory, `random`, the recursion limit, warnings, `from
 solution import`, signatures, builtin types as values) reaches the other side; a builtin the tests build an
-expected value with stays theirs. Each wrong program here must score 0 and each right one 1, in every test
+expected value with stays theirs; instances of the program's own classes the tests build arguments with go
+back as themselves. Each wrong program here must score 0 and each right one 1, in every test
 format that applies (HumanEval `check(candidate)`, an MBPP list of asserts, assert lines in one string).
 """
 
@@ -646,3 +647,116 @@ def test_calls_from_several_threads_are_answered_in_turn(fmt):
     assert value == 1.0, info
     wrong, info = score("def square(x):\n    return x + x\n", THREADS[fmt])
     assert wrong == 0.0, info
+
+
+PAIR_CHAIN = """\
+class Pair(object):
+    def __init__(self, a, b):
+        self.a = a
+        self.b = b
+def max_chain_length(arr, n):
+    mcl = [1 for i in range(n)]
+    for i in range(1, n):
+        for j in range(0, i):
+            if arr[i].a > arr[j].b and mcl[i] < mcl[j] + 1:
+                mcl[i] = mcl[j] + 1
+    return max(mcl)
+"""
+TREE = """\
+class Node:
+    def __init__(self, val, left=None, right=None):
+        self.val, self.left, self.right = val, left, right
+def height(root):
+    if root is None:
+        return 0
+    return 1 + max(height(root.left), height(root.right))
+"""
+LINKED = """\
+class ListNode:
+    def __init__(self, val, next=None):
+        self.val, self.next = val, next
+def reverse(head):
+    previous = None
+    while head is not None:
+        head.next, previous, head = previous, head, head.next
+    return previous
+def values(head):
+    out = []
+    while head is not None:
+        out.append(head.val)
+        head = head.next
+    return out
+"""
+STACK = """\
+class Stack:
+    def __init__(self):
+        self.items = []
+    def push(self, x):
+        self.items.append(x)
+    def pop(self):
+        return self.items.pop()
+def first(xs):
+    return xs[0]
+"""
+OWN_OBJECTS = {
+    # (program, entry point, assertions, setup, the wrong program: the same with one change)
+    "mbpp-601-pair": (
+        PAIR_CHAIN, "max_chain_length",
+        ["assert {f}([Pair(5, 24), Pair(15, 25), Pair(27, 40), Pair(50, 60)], 4) == 3",
+         "assert {f}([Pair(1, 2), Pair(3, 4), Pair(5, 6), Pair(7, 8)], 4) == 4",
+         "assert {f}([Pair(19, 10), Pair(11, 12), Pair(13, 14), Pair(15, 16), Pair(31, 54)], 5) == 5"],
+        "", ("arr[i].a > arr[j].b", "arr[i].a >= arr[j].a"),
+    ),
+    "tree-of-the-programs-nodes": (
+        TREE, "height", ["assert {f}(root) == 3", "assert {f}(root.left) == 2 and {f}(None) == 0"],
+        "root = Node(1, Node(2, Node(4)), Node(3))\n", ("1 + max(", "1 + min("),
+    ),
+    "tree-built-by-setting-attributes": (
+        TREE, "height", ["root = Node(1)\nroot.left = Node(2)\nroot.left.right = Node(5)\nassert {f}(root) == 3"],
+        "", ("1 + max(", "1 + min("),
+    ),
+    "linked-list-read-back": (
+        LINKED, "reverse",
+        ["head = {f}(ListNode(1, ListNode(2, ListNode(3))))\n"
+         "assert head.val == 3 and head.next.val == 2 and head.next.next.next is None",
+         "assert values({f}(ListNode(1, ListNode(2)))) == [2, 1]"],
+        "", ("head.next, previous, head = previous, head, head.next", "previous, head = head, head.next"),
+    ),
+    "identity-and-methods": (
+        STACK, "first",
+        ["s = Stack()\nassert {f}([s, 1]) is s\ns.push(4)\ns.push(5)\nassert s.pop() == 5 and s.items == [4]\n"
+         "s.items.append(7)\nassert s.pop() == 7"],
+        "", ("return xs[0]", "return xs[-1]"),
+    ),
+    "closure-and-generator-of-nodes": (
+        "class Node:\n    def __init__(self, v):\n        self.v = v\n"
+        "def make_adder(n):\n    return lambda x: x + n\n"
+        "def nodes(k):\n    for i in range(k):\n        yield Node(i)\n"
+        "def total(ns):\n    return sum(n.v for n in ns)\n",
+        "total",
+        ["assert make_adder(2)(3) == 5 and {f}(list(nodes(3))) == 3",
+         "ns = list(nodes(4))\nassert {f}(ns) == 6 and ns[2].v == 2"],
+        "", ("sum(n.v for n in ns)", "sum(n.v for n in ns[:-1])"),
+    ),
+    "in-a-shared-container-the-tests-change": (
+        "class Node:\n    def __init__(self, v):\n        self.v = v\n"
+        "BOARD = [Node(1)]\ndef get():\n    return BOARD\ndef total():\n    return sum(n.v for n in BOARD)\n",
+        "total", ["b = get()\nb.append(b[0])\nassert {f}() == 2 and get() is b and b[0] is b[1]"],
+        "", ("for n in BOARD)", "for n in BOARD[:1])"),
+    ),
+}  # fmt: skip
+OWN_OBJECT_CASES = [(task, fmt) for task in sorted(OWN_OBJECTS) for fmt in ("humaneval", "mbpp", "assert-lines")]
+
+
+@pytest.mark.parametrize("task, fmt", OWN_OBJECT_CASES, ids=[f"{task}-{fmt}" for task, fmt in OWN_OBJECT_CASES])
+def test_instances_of_the_programs_own_classes_are_passed_back_as_themselves(task, fmt):
+    """Tests that build arguments with the program's own classes (MBPP's `Pair`, a tree of `Node`s, a
+    linked list): the instances stay in the program's process, the tests hold proxies that go back as
+    the very objects, and read, set and call them there. The right program scores 1, the same with one
+    change 0."""
+    program, entry, lines, setup, (right, wrong) = OWN_OBJECTS[task]
+    sample = formats(entry, lines, setup)[fmt]
+    value, info = score(program, sample)
+    assert value == 1.0, info
+    assert right in program
+    assert score(program.replace(right, wrong), sample)[0] == 0.0

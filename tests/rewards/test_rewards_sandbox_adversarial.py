@@ -302,6 +302,47 @@ def test_a_well_formed_forged_reply_is_just_an_answer():
     assert result.score == 1.0, result.info
 
 
+FORGED_OBJECT_REPLIES = {
+    # handles of objects that stay in the solution's process, forged: each must be refused as a
+    # protocol break (the tests below never use the proxies, so only the decoder can fail them)
+    "never-issued": ["ok", ["T", [["I", "4"], ["Ob", [3, "Pair"]]]], [], NO_SHARE],
+    "number-as-str": ["ok", ["T", [["I", "4"], ["Ob", ["0", "Pair"]]]], [], NO_SHARE],
+    "without-class-name": ["ok", ["T", [["I", "4"], ["Ob", 0]]], [], NO_SHARE],
+    "renamed": ["ok", ["T", [["I", "4"], ["Ob", [0, "Pair"]], ["Ob", [0, "Node"]]]], [], NO_SHARE],
+    "in-exception-attributes": [
+        "raise", ["ValueError", "ValueError", "m", None, [["x", ["Ob", [0, "P"]]]]], [], NO_SHARE
+    ],
+    "in-exception-args": ["raise", ["ValueError", "ValueError", "m", ["T", [["Ob", [0, "P"]]]], []], [], NO_SHARE],
+}  # fmt: skip
+OBJECT_TESTS = """\
+def check(c):
+    try:
+        r = c([1], (2,))
+    except ValueError:
+        r = (4,)
+    assert type(r) is tuple and r[0] == 4
+    assert len(r) < 3 or r[1] is r[2]
+"""
+
+
+@pytest.mark.parametrize("forged", sorted(FORGED_OBJECT_REPLIES))
+def test_forged_object_handles_are_refused(forged):
+    """A handle is accepted only as one the tests' side has seen (same class name) or the next one, and
+    only where a value may be; anything else breaks the protocol and fails the case."""
+    body = FORGE_REPLY.format(reply=FORGED_OBJECT_REPLIES[forged])
+    result = code_reward("<think>x</think>```python\n" + body + "```", {"tests": OBJECT_TESTS, "entry_point": "f"})
+    assert result.score == 0.0, result.info
+    assert "broke the protocol" in result.info["results"][0]["stderr_tail"], result.info
+
+
+def test_well_formed_object_handles_are_just_an_answer():
+    """The control for the test above: handles 0, 0 again and 1 decode to proxies (one per handle)."""
+    reply = ["ok", ["T", [["I", "4"], ["Ob", [0, "Pair"]], ["Ob", [0, "Pair"]], ["Ob", [1, "Node"]]]], [], NO_SHARE]
+    body = FORGE_REPLY.format(reply=reply)
+    result = code_reward("<think>x</think>```python\n" + body + "```", {"tests": OBJECT_TESTS, "entry_point": "f"})
+    assert result.score == 1.0, result.info
+
+
 FORGE_CONTEXT = """\
 import sys
 _harness = sys._getframe(1).f_globals  # the solution's harness, which it controls

@@ -376,3 +376,93 @@ def test_the_job_round_trips_and_its_fd_is_closed():
 def test_the_exit_codes_and_failure_lines_are_the_documented_ones():
     assert (job.SETUP_FAILED, job.PEER_GONE, job.CPU_LIMIT_EXIT) == (121, 122, 152)
     assert (job.SETUP_FAILED_LINE, job.CALL_FAILED_LINE) == ("sandbox_setup_failed:", "sandbox_call_failed: ")
+
+
+class _ProgramClass:
+    """Stands in for a class the program defines (its module is the program's, `__main__`)."""
+
+    __module__ = "__main__"
+
+
+class _FakeChannel:
+    def __init__(self):
+        self.failures = []
+
+    def fail(self, error):
+        self.failures.append(error)
+        return error
+
+
+def test_an_instance_of_the_programs_class_crosses_as_a_handle_and_comes_back_as_itself():
+    """The solution's side keeps an instance of the program's class and sends a handle; the tests' side
+    gets one proxy per handle, which goes back as the handle, which the solution's side resolves to
+    the very object. A value of no class of the program's stays not plain data."""
+    from grpo_jax.rewards.sandbox_runner import judge, solution
+
+    kept, proxies = solution._Kept(), judge._Proxies(_FakeChannel())
+    pair = _ProgramClass()
+    sent = json.loads(json.dumps(wire._Encoder(held=kept).encode([pair, pair, (pair,)])))
+    handle = ["Ob", [0, "_ProgramClass"]]
+    assert sent == ["L", [handle, handle, ["T", [handle]]]]
+    value = wire._Decoder(held=proxies).decode(sent)
+    assert type(value[0]) is judge._Remote and value[0] is value[1] is value[2][0]
+    back = json.loads(json.dumps(wire._Encoder(held=proxies).encode({"p": value[0]})))
+    assert back == ["D", [[["S", "p"], ["Ob", 0]]]]
+    assert wire._Decoder(held=kept).decode(back) == {"p": pair} and wire._Decoder(held=kept).decode(back)["p"] is pair
+    with pytest.raises(wire._NotPlain):
+        wire._Encoder(held=kept).encode(object())
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [[1, "Pair"], [-1, "Pair"], ["0", "Pair"], [True, "Pair"], [0, ""], [0, 3], 0, [0, "Pair", 1], [0, "x" * 101]],
+    ids=["never-issued", "negative", "str", "bool", "no-name", "name-not-str", "bare", "three", "long-name"],
+)
+def test_a_forged_object_handle_from_the_solution_is_refused(payload):
+    """The tests' side accepts a handle it has seen (with the same class name) or the next one, and
+    nothing else; no decoder without a table accepts a handle at all."""
+    from grpo_jax.rewards.sandbox_runner import judge
+
+    with pytest.raises(wire._DECODE_ERRORS):
+        wire._Decoder(held=judge._Proxies(_FakeChannel())).decode(["Ob", payload])
+    with pytest.raises(wire._DECODE_ERRORS):
+        wire._Decoder().decode(["Ob", [0, "Pair"]])
+    proxies = judge._Proxies(_FakeChannel())
+    wire._Decoder(held=proxies).decode(["Ob", [0, "Pair"]])
+    with pytest.raises(wire._DECODE_ERRORS):
+        wire._Decoder(held=proxies).decode(["Ob", [0, "Node"]])  # handle 0 is a Pair
+
+
+def test_the_solution_resolves_only_handles_it_issued_and_keeps_at_most_its_limit(monkeypatch):
+    from grpo_jax.rewards.sandbox_runner import solution
+
+    monkeypatch.setattr(solution, "_MAX_OBJECTS", 2)
+    kept = solution._Kept()
+    for bad in (0, -1, True, "0", [0]):
+        with pytest.raises(wire._DECODE_ERRORS):
+            kept.receive(bad)
+    first, second = _ProgramClass(), _ProgramClass()
+    assert kept.send(first)[0] == 0 and kept.send(second)[0] == 1 and kept.send(first)[0] == 0
+    assert kept.receive(1) is second
+    with pytest.raises(wire._NotPlain, match="more than 2"):
+        kept.send(_ProgramClass())
+
+
+def test_a_proxy_refuses_every_use_but_going_back_and_records_it():
+    """Each refused use raises and is recorded on the channel (so a test that catches it still fails)."""
+    from grpo_jax.rewards.sandbox_runner import judge
+
+    channel = _FakeChannel()
+    proxy = wire._Decoder(held=judge._Proxies(channel)).decode(["Ob", [0, "Pair"]])
+    uses = [
+        lambda p: p == 3, lambda p: 3 == p, lambda p: p != 3, lambda p: hash(p), lambda p: bool(p), lambda p: str(p),
+        lambda p: repr(p), lambda p: format(p, ""), lambda p: len(p), lambda p: iter(p), lambda p: p[0],
+        lambda p: p + 1, lambda p: 1 - p, lambda p: p < 1, lambda p: int(p), lambda p: float(p),
+        lambda p: [0][p], lambda p: isinstance(p, int), lambda p: p.__class__, lambda p: p.__dict__,
+        lambda p: 3 in p, lambda p: {p}, lambda p: abs(p), lambda p: -p, lambda p: round(p),
+    ]  # fmt: skip
+    for number, use in enumerate(uses, 1):
+        with pytest.raises(judge._CallFailed, match="'Pair' object of the program's"):
+            use(proxy)
+        assert len(channel.failures) == number
+    assert isinstance(proxy, judge._Remote) and proxy is proxy

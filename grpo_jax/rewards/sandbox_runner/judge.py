@@ -17,12 +17,14 @@ from .wire import (
     _DECODE_ERRORS,
     _MAX_BATCH,
     _MAX_EXPORTS,
+    _MAX_OBJECTS,
     _MAX_SHARED,
     _MUTABLE,
     _BadWire,
     _NotPlain,
     _Decoder,
     _Encoder,
+    _Held,
     _Shared,
     _message,
     _read_message,
@@ -102,6 +104,7 @@ class _Channel:
         self.calls = 0
         self.context = None  # a _TestsContext once the tests' process is set up
         self.shared = _Shared()
+        self.proxies = _Proxies(self)
         self.lock = threading.RLock()  # tests may call from several threads: one round trip at a time
 
     def fail(self, error):
@@ -136,7 +139,7 @@ class _Channel:
         printed, read, wrote, drew and warned is applied here."""
         with self.lock:
             unplain = []  # shared containers the tests gave data that is not plain: no longer shared
-            encoder = _Encoder(shared=self.shared)
+            encoder = _Encoder(shared=self.shared, held=self.proxies)
             try:
                 changes = self.shared.states(encoder, unplain)  # first: the solution decodes them first
                 encoded = [encoder.encode(a) for a in args], [[k, encoder.encode(v)] for k, v in kwargs.items()]
@@ -221,7 +224,7 @@ class _Channel:
         shared ones, and return the value."""
         objects, tags, nans = caller
         remote = lambda handle: _remote_items(self, name, handle, caller)  # noqa: E731
-        decoder = _Decoder(objects, remote, nans, self.shared)
+        decoder = _Decoder(objects, remote, nans, self.shared, self.proxies)
         try:
             value = head(decoder)
             changes = _decode_states(decoder, states, tags)
@@ -295,6 +298,118 @@ class _Channel:
         if type(error).__str__ is _sent_message and _message(error) != message:
             _MESSAGES[error] = message  # the solution's class had its own __str__
         return error
+
+
+def _refuse(proxy, what):
+    """Fail closed: record and raise a harness failure for a use of a proxy that would let the program's
+    object (which stays in its process) decide something the tests judge by."""
+    name = object.__getattribute__(proxy, "_name")
+    channel = object.__getattribute__(proxy, "_proxies").channel
+    raise channel.fail(
+        _CallFailed(f"the tests used {what} on a {name!r} object of the program's, which is not plain data: "
+                    "it stays in the program's process, where it may only be passed back, have its attributes read or "
+                    "set, or be called")
+    )  # fmt: skip
+
+
+def _refusing(what):
+    def refused(self, *args, **kwargs):
+        _refuse(self, what)
+
+    refused.__name__ = what
+    return refused
+
+
+def _forwarded_name(proxy, name):
+    """Whether an attribute of the program's object is read or set in its process: a public or private
+    name, never a dunder (those are the protocols by which the tests' own code would ask the object
+    to judge itself: `__class__`, `__eq__`, `__array__`, `__dict__`)."""
+    if type(name) is str and name.isidentifier() and not (name.startswith("__") and name.endswith("__")):
+        return True
+    _refuse(proxy, f"the attribute {str(name)[:60]!r}")
+
+
+class _Remote:
+    """The tests' opaque stand-in for an object that stays in the solution's process (see `_Held`): it
+    goes back as that object when passed to the program (also inside containers), reads and sets the
+    object's attributes and calls it there (`node.val`, `stack.push(3)`: what crosses back is plain
+    data or another proxy, decoded as a call's result is), and refuses everything else: comparisons,
+    hashing, truth, str/repr/format, conversions, arithmetic, iteration, `len`, indexing, `isinstance`
+    against any other type (`__class__` is refused), copying. The program controls the object, so
+    none of these may act as its answer; each records a failure (the case scores 0)."""
+
+    __slots__ = ("_handle", "_name", "_proxies")
+
+    def __getattribute__(self, name):
+        if _forwarded_name(self, name):
+            channel = object.__getattribute__(self, "_proxies").channel
+            return channel.call(".getattr", (self, name), {})
+
+    def __setattr__(self, name, value):
+        if _forwarded_name(self, name):
+            channel = object.__getattribute__(self, "_proxies").channel
+            channel.call(".setattr", (self, name, value), {})
+
+    def __call__(self, *args, **kwargs):
+        return object.__getattribute__(self, "_proxies").channel.call(".call", (self, *args), kwargs)
+
+
+_REFUSED = (
+    "eq ne lt le gt ge hash bool len length_hint iter reversed next contains getitem setitem delitem "
+    "missing str repr bytes format int float complex index round trunc floor ceil neg pos abs invert "
+    "add radd iadd sub rsub isub mul rmul imul matmul rmatmul imatmul truediv rtruediv itruediv "
+    "floordiv rfloordiv ifloordiv mod rmod imod divmod rdivmod pow rpow ipow lshift rlshift ilshift "
+    "rshift rrshift irshift and rand iand xor rxor ixor or ror ior enter exit aenter aexit await aiter "
+    "anext delattr dir reduce reduce_ex getstate setstate copy deepcopy fspath sizeof get set delete "
+    "set_name init buffer release_buffer"
+).split()
+
+
+def _refuse_methods(kind, names):
+    """Give `kind` a refusing `__name__` method for each name (set on the class: the interpreter looks
+    special methods up on the type, past `__getattribute__`)."""
+    for name in names:
+        setattr(kind, f"__{name}__", _refusing(f"__{name}__"))
+
+
+_refuse_methods(_Remote, _REFUSED)
+
+
+class _Proxies(_Held):
+    """The tests' side of `_Held`: one `_Remote` per handle the solution's process sent. A handle is
+    either one already received (the same proxy: `f(p) is p` when the program returns the object it
+    was given) or the next one, with its class's name; any other number is a forged handle."""
+
+    kind = _Remote
+
+    def __init__(self, channel):
+        self.channel = channel
+        self.proxies = []
+
+    def send(self, proxy):
+        handle = object.__getattribute__(proxy, "_handle")
+        if object.__getattribute__(proxy, "_proxies") is not self or not 0 <= handle < len(self.proxies):
+            raise _NotPlain("a proxy of no object of the program's")
+        return handle
+
+    def receive(self, payload):
+        if not (type(payload) is list and len(payload) == 2 and type(payload[0]) is int):
+            raise _BadWire("malformed object handle")
+        handle, name = payload
+        if not (type(name) is str and 0 < len(name) <= 100):
+            raise _BadWire("malformed object handle")
+        if 0 <= handle < len(self.proxies):
+            proxy = self.proxies[handle]
+            if object.__getattribute__(proxy, "_name") != name:
+                raise _BadWire("an object handle with another class name")
+            return proxy
+        if handle != len(self.proxies) or handle >= _MAX_OBJECTS:
+            raise _BadWire("an object handle never issued")
+        proxy = object.__new__(_Remote)
+        for slot, value in (("_handle", handle), ("_name", name), ("_proxies", self)):
+            object.__setattr__(proxy, slot, value)
+        self.proxies.append(proxy)
+        return proxy
 
 
 def _bad_reason(reply):

@@ -10,9 +10,12 @@ from .context import _describe, _ProgramContext
 from .wire import (
     _MAX_BATCH,
     _MAX_ITERATORS,
+    _MAX_OBJECTS,
     _MUTABLE,
+    _BadWire,
     _Decoder,
     _Encoder,
+    _Held,
     _NotPlain,
     _Shared,
     _error_info,
@@ -117,6 +120,7 @@ def _serve(program, requests_fd, replies_fd):
     _write_message(replies_fd, ["ready", _exports(namespace)])
     iterators = []  # (iterator, the _Arguments of the call that returned it), by handle
     shared = _Shared()
+    kept = _Kept()
     while True:
         try:
             request = _read_message(requests_fd)
@@ -124,11 +128,11 @@ def _serve(program, requests_fd, replies_fd):
             return
         kind = request[0] if type(request) is list and request else None
         if kind == "call" and len(request) == 6:
-            reply = _answer_in_context(context, namespace, request, iterators, shared)
+            reply = _answer_in_context(context, namespace, request, iterators, shared, kept)
         elif kind == "describe" and len(request) == 2:
             reply = _descriptions(namespace, request[1])
         elif kind == "next" and len(request) == 3:
-            reply = _next_items(request, iterators, shared)
+            reply = _next_items(request, iterators, shared, kept)
         else:
             reply = ["bad", "malformed request"]
         _write_message(replies_fd, reply)
@@ -149,15 +153,62 @@ def _exports(namespace):
     return exports
 
 
-def _answer(namespace, request, iterators, shared):
+def _call_object(function, *args, **kwargs):
+    """Call one of the program's objects the tests hold as a proxy (a bound method read from an
+    instance: `stack.push(3)`)."""
+    return function(*args, **kwargs)
+
+
+# What the tests may do with an object that stays here, asked for as a call by these names (not
+# identifiers: no name of the program's can take their place): read or set an attribute, call it.
+_FORWARDED = {".getattr": getattr, ".setattr": setattr, ".call": _call_object}
+_MethodType = type(_Held().keeps)
+_FunctionType = type(_call_object)
+
+
+class _Kept(_Held):
+    """The solution's side of `_Held`: instances of the program's own classes (their class defined by the
+    program, as `__main__`), the program's functions, and methods bound to either, kept for the run in
+    the order they were first sent, so that the tests' proxy for one comes back as the very object
+    (identity and the program's changes to it kept). A method is kept once per instance and function
+    (`s.push` read twice is one handle: reading methods in a loop does not fill the table)."""
+
+    def __init__(self):
+        self.objects, self.ids = [], {}
+
+    def keeps(self, value):
+        owner = value.__self__ if type(value) is _MethodType else value
+        try:
+            module = owner.__module__ if type(owner) is _FunctionType else type(owner).__module__
+        except Exception:  # a metaclass that refuses: not the program's plain class
+            return False
+        return type(module) is str and module == "__main__"
+
+    def send(self, value):
+        key = (id(value.__self__), id(value.__func__)) if type(value) is _MethodType else id(value)
+        handle = self.ids.get(key)
+        if handle is None:
+            if len(self.objects) >= _MAX_OBJECTS:
+                raise _NotPlain(f"more than {_MAX_OBJECTS} of the program's objects sent to the tests")
+            handle = self.ids[key] = len(self.objects)
+            self.objects.append(value)
+        return [handle, str.__str__(type(value).__name__)[:100]]
+
+    def receive(self, payload):
+        if type(payload) is int and 0 <= payload < len(self.objects):
+            return self.objects[payload]
+        raise _BadWire("a handle to no object of the program's")
+
+
+def _answer(namespace, request, iterators, shared, kept=None):
     """The reply to ["call", name, args, kwargs, [forget, shared states]]: ["ok", value, states, share]
     | ["raise", error, states, share] | ["bad", reason]; `states` holds the new contents of the
     argument containers the call changed, `share` what `_share` says of the shared containers. The
     tests' changes to shared containers are written into them before the call."""
     try:
         _, name, args, kwargs, (forget, incoming) = request
-        function = namespace[name]
-        decoder = _Decoder(shared=shared)
+        function = _FORWARDED[name] if name in _FORWARDED else namespace[name]
+        decoder = _Decoder(shared=shared, held=kept)
         changes = shared.decode_states(decoder, incoming)  # encoded before the arguments
         args = [decoder.decode(a) for a in args]
         kwargs = {str(k): decoder.decode(v) for k, v in kwargs}
@@ -171,7 +222,7 @@ def _answer(namespace, request, iterators, shared):
     arguments = _Arguments(decoder.objects, decoder.tags, decoder.nans)
     handed = len(iterators)
     encoder = _Encoder(
-        arguments.objects, lambda iterator: _hand_over(iterators, iterator, arguments), decoder.nans, shared
+        arguments.objects, lambda iterator: _hand_over(iterators, iterator, arguments), decoder.nans, shared, kept
     )  # fmt: skip
     result = None
     try:
@@ -226,7 +277,7 @@ def _share(shared, mine, theirs, values):
     return [*new, dropped]
 
 
-def _answer_in_context(context, namespace, request, iterators, shared):
+def _answer_in_context(context, namespace, request, iterators, shared, kept=None):
     """`_answer` to ["call", name, args, kwargs, share, context], run as the tests' process left its state
     (stdin, files, random, recursion limit: `context`), with what the call printed, read, wrote, drew
     and warned reported after the reply's states."""
@@ -235,7 +286,7 @@ def _answer_in_context(context, namespace, request, iterators, shared):
     except Exception as e:  # _BadWire, _NotPlain (too many files), an unwritable file
         return ["bad", f"the call's context cannot be set up: {_message(e)}"]
     try:
-        reply = _answer(namespace, request[:5], iterators, shared)
+        reply = _answer(namespace, request[:5], iterators, shared, kept)
     finally:
         report, failure = context.leave()
     if failure is not None:
@@ -268,7 +319,7 @@ def _hand_over(iterators, iterator, arguments):
     return len(iterators) - 1
 
 
-def _next_items(request, iterators, shared):
+def _next_items(request, iterators, shared, kept=None):
     """The reply to ["next", handle, count]: ["items", values, end, states], where `end` is None (more
     may follow), "done", or ["raise", error]; the states are those of the arguments of the call that
     returned the iterator, which its items may still change."""
@@ -284,7 +335,9 @@ def _next_items(request, iterators, shared):
         end = "done"
     except BaseException as e:  # the tests' process reports it where the tests reach it
         end = ["raise", _error_info(e)]
-    encoder = _Encoder(arguments.objects, lambda more: _hand_over(iterators, more, arguments), arguments.nans, shared)
+    encoder = _Encoder(
+        arguments.objects, lambda more: _hand_over(iterators, more, arguments), arguments.nans, shared, kept
+    )  # fmt: skip
     try:
         return ["items", [encoder.encode(item) for item in items], end, arguments.states(encoder)]
     except Exception as e:

@@ -8,8 +8,9 @@ builtin and `collections` containers of them (a long flat list of ints, floats o
 "Ls", items]`). Each container of a message is numbered depth first, and a later reference to it is
 `["R", n]`, so aliasing survives; `["A", n]` names the n-th container of the call's own request (an
 argument coming back), `["H", n]` a container both processes share across calls (`_Shared`), `["G", n]`
-an iterator that stays in the solution's process; a NaN keeps its identity as `["An", n]` (the request's
-n-th NaN) and `["Rn", n]` (the message's). A value nested
+an iterator that stays in the solution's process, `["Ob", [n, class name]]` an instance of the program's
+own classes that stays there too (`["Ob", n]` when the tests pass it back; see `_Held`); a NaN keeps
+its identity as `["An", n]` (the request's n-th NaN) and `["Rn", n]` (the message's). A value nested
 deeper than _MAX_DEPTH, or containing itself, is `_NotPlain` when encoded and `_BadWire` when decoded;
 anything malformed decodes to one of _DECODE_ERRORS, never to a value of another type. A raised
 exception travels as `_error_info`.
@@ -31,6 +32,7 @@ _MAX_DEPTH = 100  # nesting of a value; deeper (or self-containing) values are n
 _MAX_FRAME_BYTES = 256 << 20
 _MAX_EXPORTS = 10_000
 _MAX_ITERATORS = 100_000  # live iterators one solution's process may hand over
+_MAX_OBJECTS = 10_000  # instances of the program's classes one solution's process may keep (see _Held)
 _MAX_BATCH = 1024  # items of an iterator fetched per round trip (the batch doubles from 1)
 _MAX_SHARED = 128  # containers both processes hold under one handle (see _Shared) ...
 _MAX_SHARED_ITEMS = 10_000  # ... and their items, all told: each call compares them, both sides
@@ -163,15 +165,17 @@ class _Encoder:
     message when first met (depth first, in order), and a later reference to it is sent as ["R", n], so
     aliasing survives the trip; a value that contains itself is not plain data. `known` holds the
     other side's objects (a call's containers, numbered as in its request): they are sent as ["A", n].
-    `hand_over` (solution's replies only) keeps an iterator in this process and numbers it."""
+    `hand_over` (solution's replies only) keeps an iterator in this process and numbers it; `held` (a
+    `_Held`) sends an object that stays in the solution's process by its handle."""
 
-    def __init__(self, known=(), hand_over=None, known_nans=(), shared=None):
+    def __init__(self, known=(), hand_over=None, known_nans=(), shared=None, held=None):
         self.known = {id(value): number for number, value in enumerate(known)} if known else {}
         self.numbers, self.objects, self.tags, self.open = {}, [], [], set()
         self.hand_over = hand_over
         self.known_nans = {id(value): number for number, value in enumerate(known_nans)}
         self.nans, self.nan_numbers = [], {}
         self.shared = shared.ids if shared is not None else {}
+        self.held = held
 
     def encode(self, value, depth=0):
         kind = type(value)
@@ -181,6 +185,8 @@ class _Encoder:
             return ["S", value]
         if depth > _MAX_DEPTH:
             raise _NotPlain(f"nested deeper than {_MAX_DEPTH} levels")
+        if self.held is not None and kind is self.held.kind:  # before any isinstance: a proxy refuses them
+            return ["Ob", self.held.send(value)]
         scalar = _scalar(value)
         if scalar is not None:
             return self.nan(value) if scalar[1] == "nan" and kind is float else scalar
@@ -256,6 +262,8 @@ class _Encoder:
             return ["Ty", value.__name__]
         if self.hand_over is not None and hasattr(type(value), "__next__"):
             return ["G", self.hand_over(value)]
+        if self.held is not None and self.held.keeps(value):
+            return ["Ob", self.held.send(value)]
         raise _NotPlain(f"{type(value).__name__!r} is not plain data")
 
 
@@ -383,13 +391,15 @@ def _build(tag, extra, items):
 class _Decoder:
     """Rebuilds `_Encoder` messages from builtin and standard-library types only; anything malformed
     raises one of _DECODE_ERRORS. `known`: the caller's containers by their number in its request;
-    `remote(handle)`: the tests' local generator over an iterator the solution handed over."""
+    `remote(handle)`: the tests' local generator over an iterator the solution handed over; `held`
+    (a `_Held`): what an object's handle stands for on this side."""
 
-    def __init__(self, known=(), remote=None, known_nans=(), shared=None):
+    def __init__(self, known=(), remote=None, known_nans=(), shared=None, held=None):
         self.known, self.remote = known, remote
         self.objects, self.tags = [], []
         self.known_nans, self.nans = known_nans, []
         self.shared = shared.objects if shared is not None else {}
+        self.held = held
 
     def decode(self, item, depth=0):
         if depth > _MAX_DEPTH or type(item) is not list or len(item) != 2 or type(item[0]) is not str:
@@ -403,6 +413,8 @@ class _Decoder:
             return self.flat(tag, payload)
         if tag in ("A", "R", "G", "H", "An", "Rn"):
             return self.reference(tag, payload)
+        if tag == "Ob" and self.held is not None:
+            return self.held.receive(payload)
         value = _scalar_value(tag, payload)
         if tag == "F" and value != value:
             self.nans.append(value)  # numbered as the encoder numbered it (see _Encoder.nan)
@@ -500,6 +512,22 @@ def _write_back(target, tag, new):
             target.default_factory = new.default_factory
 
 
+class _Held:
+    """The objects that stay in the solution's process and cross as handles, one table per side (a
+    remote reference, as an iterator's handle is). The solution's side (`_Kept` in solution.py) keeps an
+    instance of the program's own classes that a reply holds (`Pair(5, 24)`, a tree's root) and numbers
+    it in order; the tests' side (`_Proxies` in judge.py) gets an opaque proxy for each handle, one per
+    handle, which goes back as that handle. `kind`: the type sent by handle wherever it is met (the
+    proxy type; None on the solution's side); `keeps(value)`: whether any other value that is not plain
+    data is kept and sent by handle; `send(value)`: its payload; `receive(payload)`: the object (or
+    proxy) it stands for, or _BadWire."""
+
+    kind = None
+
+    def keeps(self, value):
+        return False
+
+
 class _Shared:
     """The mutable containers both processes hold under one handle, so that identity and changes
     survive across calls as in one interpreter: a container a call returned (or an argument container
@@ -557,7 +585,7 @@ class _Shared:
                 continue
             now = _snapshot(value, tag)
             if not _unchanged(now, before[handle]):
-                if unplain is not None and not _plain_contents(self, value, tag):
+                if unplain is not None and not _plain_contents(self, value, tag, encoder.held):
                     unplain.append(handle)
                     continue
                 states.append([handle, [tag, encoder.body(value, tag, 1)]])
@@ -593,10 +621,10 @@ class _Shared:
             self.before[handle] = now
 
 
-def _plain_contents(shared, value, tag):
+def _plain_contents(shared, value, tag, held=None):
     """Whether a container's contents encode (into a message of their own, thrown away)."""
     try:
-        _Encoder(shared=shared).body(value, tag, 1)
+        _Encoder(shared=shared, held=held).body(value, tag, 1)
     except Exception:
         return False
     return True
