@@ -18,10 +18,11 @@ Equivalence is a cascade, cheapest first, so that the common case never touches 
    (`2^{100}`, `2^{64}-1`, `\\frac{2^{10}}{3}`) is evaluated exactly first and compared as a number, so
    `1.2677e30` is not `2^{100}` (a rounding of a terminating value never equals it); otherwise the
    written-precision rule on a high-precision value of the closed form;
-5. symbolic, through latex2sympy2-extended and sympy, behind static size guards and a wall-clock
-   timer. The timer is SIGALRM-based and therefore only armed on the main thread (elsewhere the static
-   guards alone bound the work; `info["timer"]` says which). A timeout is "not equal" with reason
-   "timeout". Model text is never passed to `eval`/`sympy.parse_expr`. Unions of sets are compared
+5. symbolic, through latex2sympy2-extended and sympy, behind static size guards and a timer of
+   `timeout_s` seconds of the grading thread's CPU time (at most 10x that in wall time, so load does not
+   decide a verdict). The timer is SIGALRM-based and therefore only armed on the main thread (elsewhere
+   the static guards alone bound the work; `info["timer"]` says which). A timeout is "not equal" with
+   reason "timeout". Model text is never passed to `eval`/`sympy.parse_expr`. Unions of sets are compared
    as unordered collections after sympy merges them. An exact rational against a constant that is not
    one is never equal when sympy knows the constant is irrational (`245850922/78256779` is within 1e-12
    of pi and still not pi); when it cannot tell (`\\log_2 8`), they must agree to far more digits than
@@ -134,7 +135,8 @@ MATH_VERSION = "7"  # 2: written-precision rule, `**`/`^` exponents read whole, 
 # 7: exact powers and sums evaluated before the written-precision rule (2^{100} != 1.2677e30), exact rationals
 # against irrational constants compared exactly (no 1e-12 band), spaces kept between digits except inside digit
 # groups ('3 4' != 34), base subscripts kept (12_4 != 12_3); Unicode forms, matrix row breaks, chained equalities,
-# mixed numbers, degrees-minutes, \mathbb{R}\setminus, |x| inequalities, set-builder sets, and approximate answers
+# mixed numbers, degrees-minutes, \mathbb{R}\setminus, |x| inequalities, set-builder sets, and approximate answers;
+# the symbolic timer counts the grading thread's CPU time (a loaded machine timed out finite comparisons)
 
 MAX_SYMBOLIC_CHARS = 300  # longer expressions are judged by string/number rules only
 MAX_NUMBER_DIGITS = 400  # longer digit runs are compared as canonical digit strings
@@ -987,17 +989,28 @@ class _Timeout(BaseException):
     """Raised by the SIGALRM timer. BaseException so sympy's broad `except Exception` can't swallow it."""
 
 
+WALL_FACTOR = 10  # a time limit of s CPU seconds ends after at most s x WALL_FACTOR seconds of wall time
+
+
 @contextmanager
 def _time_limit(seconds: float) -> Iterator[bool]:
-    """Arm a SIGALRM timer on the main thread (yields True); elsewhere no timer can be armed (False)."""
+    """Limit the main thread to `seconds` of its own CPU time (yields True); elsewhere no timer can be armed
+    (False). A SIGALRM fires after `seconds` of wall time and re-arms for the rest while the thread has used
+    less CPU than that, so a loaded machine (the grader waiting for a core) does not turn a comparison that
+    finishes into a timeout; the wall time stays bounded by WALL_FACTOR x `seconds`."""
     if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
         yield False
         return
+    cpu0, t0 = time.thread_time(), time.monotonic()
 
     def on_alarm(signum: int, frame: Any) -> None:
+        left = seconds - (time.thread_time() - cpu0)
+        wall_left = seconds * WALL_FACTOR - (time.monotonic() - t0)
+        if left > 1e-3 and wall_left > 1e-3:
+            signal.setitimer(signal.ITIMER_REAL, min(left, wall_left))
+            return
         raise _Timeout()
 
-    t0 = time.monotonic()
     previous_handler = signal.signal(signal.SIGALRM, on_alarm)
     previous_timer, _ = signal.setitimer(signal.ITIMER_REAL, seconds)
     try:

@@ -252,3 +252,37 @@ def test_deterministic_across_calls_and_cache_clears():
     m._answers_equal_cached.cache_clear()
     second = [math_reward(T + a, {"answer": r}).score for a, r in cases]
     assert first == second == [1.0, 1.0, 0.0]
+
+
+# ---- the symbolic timer counts the grading thread's CPU time, not the machine's load ----------------------------
+
+
+def test_a_comparison_that_waits_for_a_core_is_not_timed_out():
+    """Sleeping stands in for a loaded machine: the thread uses no CPU while it waits, so 0.2 s of wall time
+    inside a 0.05 s budget (and under its 10x wall cap of 0.5 s) is not a timeout; a wall-clock timer fired."""
+    import time
+
+    with m._time_limit(0.05) as armed:
+        time.sleep(0.2)
+    assert armed
+
+
+def test_a_comparison_that_burns_its_cpu_budget_is_timed_out():
+    """A loop that would use 5 s of its thread's CPU is stopped at its 0.05 s budget (or the 0.5 s wall cap)."""
+    import time
+
+    start = time.thread_time()
+    with pytest.raises(m._Timeout):
+        with m._time_limit(0.05):
+            while time.thread_time() - start < 5:
+                pass
+    assert time.thread_time() - start < 5  # stopped, not finished
+
+
+def test_a_comparison_that_never_gets_a_core_still_ends_at_the_wall_cap():
+    """No CPU used at all (a 10 s sleep): the wall cap, 10 x 0.05 s, ends it."""
+    import time
+
+    with pytest.raises(m._Timeout):
+        with m._time_limit(0.05):
+            time.sleep(10)
