@@ -431,6 +431,49 @@ def test_the_tests_process_state_reaches_the_program(task, fmt):
     assert value == 0.0, info
 
 
+# Each task: (right program, wrong program, assertion lines on `{f}`, the function `f` or `sort_by`): what one
+# interpreter gives a program and its tests that crosses the pipe too. The right program passes only where the harness serves it.
+ONE_INTERPRETER_TASKS = {
+    # an exception class with two builtin bases is caught as either (`except TypeError` here)
+    "two-builtin-bases": (
+        "class BadArgument(ValueError, TypeError):\n    pass\n"
+        "def f(x):\n    if not isinstance(x, int):\n        raise BadArgument('not an int')\n    return x\n",
+        "def f(x):\n    if not isinstance(x, int):\n        raise ValueError('not an int')\n    return x\n",
+        ["try:\n    {f}('a')\nexcept TypeError:\n    pass\nelse:\n    assert False\nassert {f}(2) == 2"],
+    ),
+    # a deprecation warning pointing at its caller (stacklevel=2), recorded under the default filters
+    "warning-at-the-caller": (
+        "import warnings\ndef f(x):\n    warnings.warn('f is old', DeprecationWarning, stacklevel=2)\n    return x\n",
+        "def f(x):\n    return x\n",
+        ["import warnings\nwith warnings.catch_warnings(record=True) as caught:\n    assert {f}(1) == 1\n"
+         "assert [str(w.message) for w in caught] == ['f is old'], caught"],
+    ),
+    # a builtin function as an argument (`key=len`) crosses by its name, as builtin types do
+    "builtin-function-argument": (
+        "def sort_by(xs, key):\n    return sorted(xs, key=key)\n",
+        "def sort_by(xs, key):\n    return sorted(xs)\n",
+        ["assert {f}(['ccc', 'a', 'bb'], len) == ['a', 'bb', 'ccc']\nassert {f}([-3, 1, -2], abs) == [1, -2, -3]"],
+    ),
+    # `__file__` names the program's file in the run's working directory, as `python solution.py` sets it
+    "dunder-file": (
+        "import os\nHERE = os.path.dirname(os.path.abspath(__file__))\ndef f():\n    return HERE == os.getcwd()\n",
+        "import os\nHERE = os.path.dirname(os.path.abspath(__file__))\ndef f():\n    return HERE != os.getcwd()\n",
+        ["assert {f}() is True"],
+    ),
+}
+
+
+@pytest.mark.parametrize("fmt", ["humaneval", "mbpp", "assert-lines"])
+@pytest.mark.parametrize("task", sorted(ONE_INTERPRETER_TASKS))
+def test_exceptions_warnings_and_file_behave_as_in_one_interpreter(task, fmt):
+    right, wrong, lines = ONE_INTERPRETER_TASKS[task]
+    sample = formats("sort_by" if "sort_by" in right else "f", lines)[fmt]
+    value, info = score(right, sample)
+    assert value == 1.0, info
+    value, info = score(wrong, sample)
+    assert value == 0.0, info
+
+
 STATE_STAYS_TESTS = (
     "import sys, random\nlimit = sys.getrecursionlimit()\nrandom.seed(5)\nfirst = random.random()\n"
     "random.seed(5)\nassert f(1) == 1\nassert sys.getrecursionlimit() == limit\n"
@@ -542,7 +585,7 @@ SHARED_TASKS = [
     ("ROWS = [[0], [0]]\ndef rows():\n    return ROWS\ndef total():\n    return sum(r[0] for r in ROWS)\n",
      "r = rows()\nr[1][0] = 5\nr.append([1])\nassert total() == 6 and rows()[2] is r[2]\n"),
     ("L = []\ndef get():\n    return L\ndef size():\n    return len(L)\n",  # not plain: no longer shared
-     "r = get()\nr.append(print)\nassert size() in (0, 1) and r[-1] is print and get() is not r\n"),
+     "r = get()\no = object()\nr.append(o)\nassert size() in (0, 1) and r[-1] is o and get() is not r\n"),
     ("KEEP = []\ndef f(i):\n    KEEP.append([i])\n    return KEEP[-1]\n",  # more than the table holds
      "held = [f(i) for i in range(300)]\nfor h in held:\n    h.append(0)\n"
      "assert f(7) == [7] and held[299] == [299, 0]\n"),
@@ -561,7 +604,7 @@ def test_state_shared_across_calls_behaves_as_in_one_interpreter(program, tests)
 
 def test_a_shared_container_the_program_fills_with_data_that_is_not_plain_fails_the_call():
     """Closed: otherwise a program could stop sharing its board and so shed the tests' later changes."""
-    program = "BOARD = [0]\ndef get():\n    return BOARD\ndef spoil():\n    BOARD.append(print)\n    return 1\n"
+    program = "BOARD = [0]\ndef get():\n    return BOARD\ndef spoil():\n    BOARD.append(object())\n    return 1\n"
     value, info = score(program, {"tests": "b = get()\ntry:\n    spoil()\nexcept Exception:\n    pass\n"})
     assert value == 0.0 and "spoil() or a container it shares holds data that is not plain" in stderr_of(info), info
 
@@ -760,3 +803,13 @@ def test_instances_of_the_programs_own_classes_are_passed_back_as_themselves(tas
     assert value == 1.0, info
     assert right in program
     assert score(program.replace(right, wrong), sample)[0] == 0.0
+
+
+@pytest.mark.parametrize("fmt", ["humaneval", "mbpp", "assert-lines"])
+def test_an_exception_group_fails_closed_with_its_reason(fmt):
+    """An `ExceptionGroup`'s sub-exceptions are not plain data, so it cannot be rebuilt in the tests' process:
+    the call fails (the case scores 0, as documented), saying why, rather than breaking the protocol."""
+    program = "def f():\n    raise ExceptionGroup('bad', [ValueError('x')])\n"
+    lines = ["try:\n    {f}()\nexcept* ValueError:\n    pass"]
+    value, info = score(program, formats("f", lines)[fmt])
+    assert value == 0.0 and "which cannot be rebuilt here" in stderr_of(info), info

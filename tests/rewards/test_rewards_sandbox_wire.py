@@ -130,19 +130,23 @@ def test_nesting_is_limited_both_ways():
         wire._Decoder().decode(message)
 
 
-@pytest.mark.parametrize("value", [object(), print, wire._Encoder, ValueError("x"), sys])
+@pytest.mark.parametrize("value", [object(), [].append, wire._Encoder, ValueError("x"), sys])
 def test_other_objects_are_not_plain_data(value):
     with pytest.raises(wire._NotPlain, match="is not plain data"):
         wire._Encoder().encode(value)
 
 
-def test_builtin_types_cross_by_name():
-    """`assert f() is int`: a builtin type arrives as itself; a name that is no public builtin type is refused."""
-    for kind in (int, list, type, ValueError, object):
+def test_builtin_types_and_functions_cross_by_name():
+    """`assert f() is int`, `sort_by(words, len)`: a builtin type or function arrives as itself; a name that
+    is no public builtin type or function is refused, and a bound builtin method is not plain data."""
+    for kind in (int, list, type, ValueError, object, len, print, sorted):
         assert wire._Decoder().decode(wire._Encoder().encode(kind)) is kind
-    for name in ("__loader__", "_x", "print", "len", "nothing", "a.b"):
+    for name in ("__loader__", "__import__", "_x", "True", "Ellipsis", "nothing", "a.b"):
         with pytest.raises(wire._BadWire):
             wire._Decoder().decode(["Ty", name])
+    for value in ([].append, str.lower):
+        with pytest.raises(wire._NotPlain):
+            wire._Encoder().encode(value)
 
 
 def test_a_defaultdict_with_a_factory_that_is_not_a_builtin_type_loses_its_default():
@@ -346,10 +350,15 @@ def test_an_exception_travels_as_its_name_nearest_builtin_class_message_and_args
         pass
 
     error = BadInput("no", 3)
-    error.code, error.hook, error.__note = 404, print, "private"
+    error.code, error.hook, error.__note = 404, lambda: 0, "private"
     assert wire._error_info(error) == [
         "BadInput", "ValueError", "('no', 3)", ["T", [["S", "no"], ["I", "3"]]], [["code", ["I", "194"]]]
-    ]  # fmt: skip  (a function is not plain data; a dunder is left out)
+    ]  # fmt: skip  (a lambda is not plain data; a dunder is left out)
+
+    class Both(ValueError, TypeError):
+        pass
+
+    assert wire._error_info(Both("x"))[:2] == ["Both", "ValueError,TypeError"]  # the nearest builtin classes
     info = wire._error_info(KeyError(object()))
     assert info[:2] == ["KeyError", "KeyError"] and info[3] is None  # args not plain: the message stands in
 

@@ -300,7 +300,10 @@ class _TestsContext:
             import warnings
 
             for category, message, filename, lineno in warned:
-                module = "__main__" if filename == "<solution>" else None
+                # the program's own lines, and the harness's frame a `stacklevel` past the program points
+                # at (in one interpreter: the tests' calling code), are __main__'s, whose DeprecationWarning
+                # the default filters show; a library's location keeps its own module name
+                module = "__main__" if filename in ("<solution>", "<string>") else None
                 warnings.warn_explicit(message, category, filename, lineno, module, self.registry)
 
 

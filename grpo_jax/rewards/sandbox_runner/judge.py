@@ -74,24 +74,33 @@ def _restore_attributes(error, attributes):
                 pass
 
 
-def _stand_in(type_name, kind):
-    """A subclass of the builtin exception `kind` named like the solution's own exception class, so
-    that `except ValueError` catches the solution's `class BadInput(ValueError)` as it would in one
-    interpreter (and `except BadInput` cannot: the tests cannot name it)."""
-    key = (type_name, kind)
+_MAX_EXCEPTION_BASES = 8  # builtin classes one exception class of the solution's may combine
+
+
+def _stand_in(type_name, kinds):
+    """A subclass of the builtin exceptions `kinds` named like the solution's own exception class, so
+    that `except ValueError` catches the solution's `class BadInput(ValueError)` (and `except TypeError`
+    its `class E(ValueError, TypeError)`) as it would in one interpreter (and `except BadInput` cannot:
+    the tests cannot name it)."""
+    key = (type_name, kinds)
     if key not in _STAND_INS:
         try:
-            _STAND_INS[key] = type(type_name, (kind,), {"__module__": "solution", "__str__": _sent_message})
-        except TypeError:  # not a valid class name
-            _STAND_INS[key] = kind
+            _STAND_INS[key] = type(type_name, kinds, {"__module__": "solution", "__str__": _sent_message})
+        except TypeError:  # not a valid class name, or bases that cannot be combined
+            _STAND_INS[key] = kinds[0]
     return _STAND_INS[key]
 
 
 def _instantiate(kind, args, message):
+    """The exception of class `kind` from its arguments (else its message), or None where neither builds
+    one (an `ExceptionGroup`, whose sub-exceptions are not plain data)."""
     try:
         return kind(*args) if args is not None else kind(message)
     except Exception:  # a constructor that wants other arguments: skip its __init__
-        return kind.__new__(kind, message)
+        try:
+            return kind.__new__(kind, message)
+        except Exception:
+            return None
 
 
 class _Channel:
@@ -286,14 +295,20 @@ class _Channel:
             raise _BadWire("malformed exception")
         type_name, base_name, message, args, attributes = info
         args = None if args is None else _Decoder().decode(args)
-        kind = getattr(builtins, base_name, None) if base_name.isidentifier() else None
-        if not (isinstance(kind, type) and issubclass(kind, BaseException)):
+        names = base_name.split(",")[:_MAX_EXCEPTION_BASES + 1]
+        kinds = tuple(getattr(builtins, n, None) if n.isidentifier() else None for n in names)
+        if len(kinds) > _MAX_EXCEPTION_BASES or len(set(kinds)) < len(kinds):
+            raise _BadWire("an exception with too many or repeated builtin classes")
+        if not all(isinstance(kind, type) and issubclass(kind, BaseException) for kind in kinds):
             raise _BadWire("an exception whose builtin class is unknown")
-        if not issubclass(kind, Exception) or issubclass(kind, _CONTROL_FLOW):
+        if any(not issubclass(kind, Exception) or issubclass(kind, _CONTROL_FLOW) for kind in kinds):
             return self.fail(_CallFailed(f"{name}() raised {type_name}: {message[:200]}"))
+        kind = kinds[0]
         if type_name != base_name and type_name.isidentifier():
-            kind = _stand_in(type_name, kind)
+            kind = _stand_in(type_name, kinds)
         error = _instantiate(kind, args if type(args) is tuple else None, message)
+        if error is None:
+            return self.fail(_CallFailed(f"{name}() raised {type_name}, which cannot be rebuilt here: {message[:200]}"))
         _restore_attributes(error, attributes)
         if type(error).__str__ is _sent_message and _message(error) != message:
             _MESSAGES[error] = message  # the solution's class had its own __str__

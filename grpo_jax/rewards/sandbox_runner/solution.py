@@ -32,11 +32,13 @@ _MAIN_BLOCK_ENDED = "__sandbox_main_block_ended__"
 
 
 def _main_module(argv0):
-    """The namespace of a fresh module registered as `__main__`, with `sys.argv` as `python <argv0>`
-    gives it, so `unittest.main()`, pickle and `sys.modules[__name__]` see the code's own names (and
-    not this harness, nor the harness's fds as command-line arguments)."""
+    """The namespace of a fresh module registered as `__main__`, with `sys.argv` and `__file__` as
+    `python <argv0>` gives them (the run's working directory joined with argv0), so `unittest.main()`,
+    pickle, `sys.modules[__name__]` and `os.path.dirname(__file__)` see the code's own names and place
+    (and not this harness, nor the harness's fds as command-line arguments)."""
     module = type(sys)("__main__")
     module.__dict__["__builtins__"] = builtins
+    module.__dict__["__file__"] = os.path.join(os.getcwd(), argv0)
     sys.modules["__main__"] = module
     sys.argv[:] = [argv0]
     return module.__dict__

@@ -3,7 +3,7 @@
 A message is 4 bytes of big-endian length and then that much ASCII JSON (lone surrogates travel as
 escapes); a frame over _MAX_FRAME_BYTES, or one that is not JSON, is `_BadWire`, and a closed channel is
 EOFError. A value is `[tag, payload]`: scalars (None, bool, int, float, complex, str, bytes, Fraction,
-Decimal, range, builtin types by name; numpy scalars as themselves, `["Np", [dtype, scalar]]`) and the
+Decimal, range, builtin types and functions by name; numpy scalars as themselves, `["Np", [dtype, scalar]]`) and the
 builtin and `collections` containers of them (a long flat list of ints, floats or strs as `["Li" | "Lf" |
 "Ls", items]`). Each container of a message is numbered depth first, and a later reference to it is
 `["R", n]`, so aliasing survives; `["A", n]` names the n-th container of the call's own request (an
@@ -258,7 +258,7 @@ class _Encoder:
             if value.dtype.name in _NUMPY_SCALARS and type(value) is value.dtype.type:
                 return ["Np", [value.dtype.name, _scalar(value.item())]]
             return _scalar(value.item())
-        if _builtin_type(getattr(value, "__name__", None)) is value:
+        if _builtin_named(getattr(value, "__name__", None)) is value:
             return ["Ty", value.__name__]
         if self.hand_over is not None and hasattr(type(value), "__next__"):
             return ["G", self.hand_over(value)]
@@ -289,8 +289,8 @@ def _scalar_value(tag, payload):
             import fractions  # here: only a message that holds a Fraction needs the module
 
             return fractions.Fraction(int(payload[0], 16), int(payload[1], 16))
-    if tag == "Ty" and _builtin_type(payload) is not None:
-        return _builtin_type(payload)
+    if tag == "Ty" and _builtin_named(payload) is not None:
+        return _builtin_named(payload)
     if tag == "Np" and type(payload) is list and len(payload) == 2 and payload[0] in _NUMPY_SCALARS:
         inner = payload[1]
         if type(inner) is list and len(inner) == 2 and inner[0] in ("B", "I", "F", "C"):
@@ -309,13 +309,15 @@ def _numpy_scalar(dtype_name, value):
         return numpy.dtype(dtype_name).type(value)
 
 
-def _builtin_type(name):
-    """The builtin type (`int`, `list`, `ValueError`) of that public name, else None: a type crosses
-    by its name (`assert f() is int`)."""
+def _builtin_named(name):
+    """The builtin type (`int`, `list`, `ValueError`) or function (`len`, `abs`, `sorted`) of that public
+    name, else None: both processes have the same builtins, so one crosses by its name (`assert f() is
+    int`, `sort_by(words, key=len)`); a bound method (`[].append`) or a method descriptor (`str.lower`)
+    is not a builtin by name and stays not plain data."""
     if type(name) is not str or not name.isidentifier() or name.startswith("_"):
         return None
     kind = getattr(builtins, name, None)
-    return kind if isinstance(kind, type) else None
+    return kind if isinstance(kind, (type, type(len))) else None
 
 
 class _InOrder:
@@ -677,11 +679,15 @@ def _read_message(fd):
 
 
 def _error_info(error):
-    """[type name, name of its nearest builtin class, message, args or None, attributes] of a raised
-    exception; the message is its str() (a custom __str__ included), the attributes its own plain-data
-    ones ([[name, value], ...]: `e.code`)."""
+    """[type name, names of its nearest builtin classes, message, args or None, attributes] of a raised
+    exception; the nearest builtin classes are those of its MRO that no other builtin class of the MRO
+    derives from, comma-joined (`ValueError,TypeError` for `class E(ValueError, TypeError)`); the message
+    is its str() (a custom __str__ included), the attributes its own plain-data ones ([[name, value],
+    ...]: `e.code`)."""
     kind = type(error)
-    base = next((c.__name__ for c in kind.__mro__ if getattr(builtins, c.__name__, None) is c), "BaseException")
+    found = [c for c in kind.__mro__ if getattr(builtins, c.__name__, None) is c]
+    nearest = [c.__name__ for c in found if not any(d is not c and issubclass(d, c) for d in found)]
+    base = ",".join(nearest) or "BaseException"
     try:
         args = _Encoder().encode(tuple(error.args))
     except Exception:  # args that are not plain data: the message stands in for them
