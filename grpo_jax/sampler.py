@@ -53,6 +53,15 @@ class Rollout:
     lengths: jax.Array  # [B, G] int32 completion lengths (EOS included)
     truncated: jax.Array  # [B, G] bool: reached max_new_tokens without EOS
     temperatures: jax.Array  # [B, G, T] float32 temperature each token was drawn at (0 = greedy)
+    # [B, G, T] bool: True where the policy drew the token, False where the host inserted it (a tool's output);
+    # a single-turn decode draws every token, so it is all True. Only `policy_tokens` enter training.
+    policy_mask: jax.Array
+
+    @property
+    def policy_tokens(self) -> jax.Array:
+        """[B, G, T] bool: the completion's tokens the policy sampled (completion_mask & policy_mask), the one
+        mask the update's loss and the per-token diagnostics read; lengths still count every completion token."""
+        return self.completion_mask.astype(bool) & jnp.asarray(self.policy_mask, bool)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -278,7 +287,8 @@ def _finish(state: DecodeState, eos) -> dict[str, jax.Array]:
     mask = (jnp.arange(t_max)[None, :] < lengths[:, None]).astype(jnp.int32)
     return {"tokens": state.tokens, "completion_mask": mask, "logprobs": state.logprobs * mask,
             "entropies": state.entropies * mask, "policy_entropies": state.policy_entropies * mask,
-            "lengths": lengths, "truncated": ~is_eos.any(-1), "temperatures": state.temperatures}
+            "lengths": lengths, "truncated": ~is_eos.any(-1), "temperatures": state.temperatures,
+            "policy_mask": jnp.ones(state.tokens.shape, bool)}  # one turn: the policy drew every token
 
 
 def sample_core(cfg: ModelConfig, params, prompt_tokens, prompt_mask, prompt_ids, *, key, group_size: int,
