@@ -216,9 +216,9 @@ def _decode(cfg: ModelConfig, params, cache, logits0_RxV, start_pos_R, keys_R, t
             max_new_tokens: int, top_k: int, top_p: float, eos_ids: tuple, pad_id: int, token_temperature: tuple,
             chunk_ends: tuple | None = None):
     """The decode loops (one per chunk, `decode_chunks`) for R = B*G rows: {tokens, completion_mask,
-    logprobs, entropies, policy_entropies, temperatures: [R, T]; lengths, truncated: [R]} (`_finish`). The prompt
-    cache comes in with P slots and is grown before each chunk; inside a loop it is carried state that XLA
-    updates in place."""
+    logprobs, entropies, policy_entropies, temperatures, policy_mask: [R, T]; lengths, truncated: [R]}
+    (`_finish`). The prompt cache comes in with P slots and is grown before each chunk; inside a loop it is
+    carried state that XLA updates in place."""
     r, t_max = logits0_RxV.shape[0], max_new_tokens
     if cfg.tie_embeddings:  # a [D, V] copy of the tied head, made once: the per-step logits matmul then
         # reads it row-major instead of through a transpose (242 -> 155 us per step here, experiments/PERF.md #15)

@@ -5,7 +5,9 @@ clip fractions, the KL and entropy terms, the entropy diagnostics and the sample
 
 The hand-built two-turn row: policy tokens, a tool's output, policy tokens ending in EOS, then padding. The tool's
 positions carry extreme values (a ratio of e^20, entropies of 9 nats, a reference logprob far away), so any of them
-leaking into a statistic would move it by orders of magnitude more than the rounding tolerances allow.
+leaking into a statistic would move it by orders of magnitude more than the rounding tolerances allow; and the
+reference computation's rows, with the tool's tokens removed, are narrower than T, so a statistic that counted
+masked positions (a token count, a row length) would differ too.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from tests.tolerance import EPS32, rounding_tol, sum_tol
 
 T = 12
 # row 0: policy 0..3, tool output 4..6, policy 7..9 (EOS at 9), padding 10..11; row 1: a second turn ends at 11;
-# row 2: no tool call, 6 tokens; row 3: a tool call right at the start of the completion's second token
+# row 2: no tool call, 6 tokens; row 3: a tool's output from the completion's second token on (positions 1..2)
 COMPLETION_LEN = (10, 12, 6, 8)
 TOOL_SPANS = ((4, 7), (2, 5), None, (1, 3))
 
@@ -152,7 +154,8 @@ def test_entropy_and_gap_statistics_ignore_tool_tokens():
     keep = comp & policy
     x_c, mask_c = _compact(x, keep)
     n = int(keep.sum())
-    ent, ent_c = (diagnostics.entropy_diagnostics(e, m) for e, m in ((x["entropies"], keep), (x_c["entropies"], mask_c)))
+    ent = diagnostics.entropy_diagnostics(x["entropies"], keep)
+    ent_c = diagnostics.entropy_diagnostics(x_c["entropies"], mask_c)
     assert int(ent["entropy/num_tokens"]) == n
     for k in ent:  # percentiles and histogram read the same sorted values: exact; the means sum them in another order
         tol = 2 * sum_tol(x_c["entropies"][mask_c], ops=2) / n if k in ("entropy/mean",) else 0.0
@@ -254,7 +257,7 @@ def _diagnostics_over_the_completion_mask(rewards_BxGxK, weights_K, ro: sampler.
     return diag
 
 
-def test_sampler_marks_every_token_as_the_policys():
+def test_sampler_marks_every_token_as_drawn_by_the_policy():
     cfg = models.tiny()
     params = models.init_params(cfg, jax.random.key(0))
     ro = sampler.sample(cfg, params, jnp.asarray([PROMPT]), jnp.ones((1, 4), bool), key=jax.random.key(1),
