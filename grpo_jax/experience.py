@@ -55,7 +55,7 @@ class Batch:
 
     tokens: jax.Array  # [N, L] int32, prompts left-padded to the bucket width P
     attn_mask: jax.Array  # [N, L] bool
-    loss_mask: jax.Array  # [N, T] bool: completion tokens up to and including EOS
+    loss_mask: jax.Array  # [N, T] bool: completion tokens the policy sampled, up to and including EOS
     old_logp: jax.Array  # [N, T] float32 logprobs under the sampling policy
     advantages: jax.Array  # [N] float32
     temperatures: jax.Array  # [N, T] float32 temperature each token was sampled at (logits are divided by it)
@@ -312,8 +312,10 @@ def _advantages_and_diagnostics(rewards_BxGxK, weights_K, ro: sampler.Rollout, k
     diag = diagnostics.reward_diagnostics(rewards_BxGxK, aux["totals"], adv)
     diag["collapse/drowned_dims"] = diagnostics.drowned_dimensions(
         diag["reward/adv_corr_within"], diag["reward/zero_var_frac_per_dim"], weights_K)
-    diag.update(diagnostics.entropy_diagnostics(ro.entropies, ro.completion_mask))
-    diag.update(diagnostics.entropy_by_kind(ro.policy_entropies, ro.completion_mask, kinds_BxGxT, SEGMENT_KINDS))
+    # entropies of the tokens the policy drew only (a tool's output has no sampling distribution); the lengths
+    # below count every completion token, tool output included: they measure the sequence the model reads
+    diag.update(diagnostics.entropy_diagnostics(ro.entropies, ro.policy_tokens))
+    diag.update(diagnostics.entropy_by_kind(ro.policy_entropies, ro.policy_tokens, kinds_BxGxT, SEGMENT_KINDS))
     diag.update(diagnostics.length_diagnostics(ro.lengths.reshape(-1), ro.truncated.reshape(-1),
                                                max_len=ro.tokens.shape[-1]))
     return adv, diag
@@ -340,10 +342,12 @@ def batch_from_rollout(ro: sampler.Rollout, advantages_BxG, *, mask_truncated: b
     """The update's rows (N = B*G) from a rollout and its advantages. mask_truncated: a completion that hit
     max_new_tokens without an EOS gets an empty loss mask, so it adds nothing to the loss, its gradient or
     the row count of the aggregation (TRL's `mask_truncated_completions`); it still counts in its group's
-    advantage statistics, which were computed before."""
+    advantage statistics, which were computed before. The loss mask is `Rollout.policy_tokens`: tokens the
+    host inserted (a tool's output) stay in attn_mask, as context the policy's later tokens are conditioned on,
+    but leave every per-token term of the update (loss, ratio and clipping, KL, entropy, the gap metrics)."""
     seq, seq_mask = full_sequences(ro)
     n = seq.shape[0]
-    loss_mask = ro.completion_mask.reshape(n, -1).astype(bool)
+    loss_mask = ro.policy_tokens.reshape(n, -1)
     if mask_truncated:
         loss_mask = loss_mask & ~jnp.asarray(ro.truncated).reshape(n, 1)
     return Batch(tokens=seq, attn_mask=seq_mask, loss_mask=loss_mask,

@@ -53,6 +53,15 @@ class Rollout:
     lengths: jax.Array  # [B, G] int32 completion lengths (EOS included)
     truncated: jax.Array  # [B, G] bool: reached max_new_tokens without EOS
     temperatures: jax.Array  # [B, G, T] float32 temperature each token was drawn at (0 = greedy)
+    # [B, G, T] bool: True where the policy drew the token, False where the host inserted it (a tool's output);
+    # a single-turn decode draws every token, so it is all True. Only `policy_tokens` enter training.
+    policy_mask: jax.Array
+
+    @property
+    def policy_tokens(self) -> jax.Array:
+        """[B, G, T] bool: the completion's tokens the policy sampled (completion_mask & policy_mask), the one
+        mask the update's loss and the per-token diagnostics read; lengths still count every completion token."""
+        return self.completion_mask.astype(bool) & jnp.asarray(self.policy_mask, bool)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -207,9 +216,9 @@ def _decode(cfg: ModelConfig, params, cache, logits0_RxV, start_pos_R, keys_R, t
             max_new_tokens: int, top_k: int, top_p: float, eos_ids: tuple, pad_id: int, token_temperature: tuple,
             chunk_ends: tuple | None = None):
     """The decode loops (one per chunk, `decode_chunks`) for R = B*G rows: {tokens, completion_mask,
-    logprobs, entropies, policy_entropies, temperatures: [R, T]; lengths, truncated: [R]} (`_finish`). The prompt
-    cache comes in with P slots and is grown before each chunk; inside a loop it is carried state that XLA
-    updates in place."""
+    logprobs, entropies, policy_entropies, temperatures, policy_mask: [R, T]; lengths, truncated: [R]}
+    (`_finish`). The prompt cache comes in with P slots and is grown before each chunk; inside a loop it is
+    carried state that XLA updates in place."""
     r, t_max = logits0_RxV.shape[0], max_new_tokens
     if cfg.tie_embeddings:  # a [D, V] copy of the tied head, made once: the per-step logits matmul then
         # reads it row-major instead of through a transpose (242 -> 155 us per step here, experiments/PERF.md #15)
@@ -278,7 +287,8 @@ def _finish(state: DecodeState, eos) -> dict[str, jax.Array]:
     mask = (jnp.arange(t_max)[None, :] < lengths[:, None]).astype(jnp.int32)
     return {"tokens": state.tokens, "completion_mask": mask, "logprobs": state.logprobs * mask,
             "entropies": state.entropies * mask, "policy_entropies": state.policy_entropies * mask,
-            "lengths": lengths, "truncated": ~is_eos.any(-1), "temperatures": state.temperatures}
+            "lengths": lengths, "truncated": ~is_eos.any(-1), "temperatures": state.temperatures,
+            "policy_mask": jnp.ones(state.tokens.shape, bool)}  # one turn: the policy drew every token
 
 
 def sample_core(cfg: ModelConfig, params, prompt_tokens, prompt_mask, prompt_ids, *, key, group_size: int,

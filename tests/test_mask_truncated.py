@@ -19,7 +19,7 @@ def _rollout(truncated) -> sampler.Rollout:
         tokens=jnp.full((1, g, T), 5, jnp.int32), completion_mask=jnp.ones((1, g, T), jnp.int32),
         logprobs=jnp.zeros((1, g, T)), entropies=jnp.zeros((1, g, T)), policy_entropies=jnp.zeros((1, g, T)),
         lengths=jnp.full((1, g), T, jnp.int32),
-        truncated=jnp.asarray([truncated]), temperatures=jnp.ones((1, g, T)))
+        truncated=jnp.asarray([truncated]), temperatures=jnp.ones((1, g, T)), policy_mask=jnp.ones((1, g, T), bool))
 
 
 def test_batch_masks_only_the_truncated_rows_and_only_when_asked():

@@ -169,7 +169,7 @@ def _rollout(tok: CharTokenizer, texts, t: int = 12) -> sampler.Rollout:
     zeros = np.zeros((b, g, t), np.float32)
     return sampler.Rollout(prompt_tokens=np.ones((b, 3), np.int32), prompt_mask=np.ones((b, 3), bool), tokens=tokens,
                            completion_mask=zeros, logprobs=zeros, entropies=zeros, policy_entropies=zeros, lengths=lengths,
-                           truncated=np.zeros((b, g), bool), temperatures=zeros)
+                           truncated=np.zeros((b, g), bool), temperatures=zeros, policy_mask=np.ones((b, g, t), bool))
 
 
 def _actor() -> experience.Actor:
