@@ -7,9 +7,11 @@ result is appended as `<output>\\n...\\n</output>\\n`: what the code printed (it
 characters, then a note of how much was cut) and, when it failed, one line the model can read (the
 exception's last traceback line and the line of the code it came from, or which limit stopped it).
 
-Each call runs as one script-mode `rewards.sandbox.run_program` (its own process, temporary directory and
-limits; docs/sandbox.md), so nothing (files, variables, imports) survives from one call to the next, no
-network is reachable, and the calls of several rows run at once through a `SandboxPool`.
+Each call runs as one script-mode `rewards.sandbox.run_program` (a fresh interpreter in its own temporary
+directory, removed afterwards, with the tool's limits and empty stdin; docs/sandbox.md), so the variables,
+imports and working-directory files of one call are gone at the next, no network is reachable (writes
+outside the working directory are refused where the machine has Landlock: docs/sandbox.md says what
+remains without it), and the calls of several rows run at once through a `SandboxPool`.
 
 The jitted sampler does not pause rows for calls yet: `run_turns` is the loop it will implement, on texts,
 so the rules (which marker closes a call, what a row does at its turn and length caps, what the record of a
@@ -54,7 +56,7 @@ def _ends_in_string(code: str) -> bool:
     except SyntaxError as e:
         msg = (e.msg or "").lower()
         return "string literal" in msg and ("unterminated" in msg or "scanning" in msg)
-    except ValueError:  # e.g. a NUL byte: not a string problem
+    except (ValueError, RecursionError, MemoryError, OverflowError):  # a NUL byte, absurd nesting: not a string
         return False
     return False
 

@@ -117,8 +117,8 @@ def test_an_infinite_loop_hits_the_time_limit():
 
 
 def test_the_memory_limit_is_the_tools():
-    grab = "b = bytearray(300 * 2 ** 20)\nprint(len(b))"
-    assert run_call(grab, CFG).text == f"<output>\n{300 * 2 ** 20}\n</output>\n"  # fits in the default 512 MB
+    grab = "b = bytearray(200 * 2 ** 20)\nprint(len(b))"
+    assert run_call(grab, CFG).text == f"<output>\n{200 * 2 ** 20}\n</output>\n"  # fits in the default 512 MB
     small = run_call(grab, ToolConfig(memory_mb=128, wall_s=3.0, cpu_s=2.0))
     assert small.status == "memory" and small.error and not small.timeout
     assert small.text == "<output>\nMemoryError: the call ran past its 128 MB memory limit\n</output>\n"
