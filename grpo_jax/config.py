@@ -801,6 +801,45 @@ class RolloutConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class ToolConfig:
+    """A Python tool the policy may call mid-answer (grpo_jax/tools.py, the host side; not yet a field of
+    TrainConfig: the sampler does not pause for calls yet). A call is the code between `call_open` and
+    `call_close`; the host runs it in a fresh sandbox and appends its result between `output_open` and
+    `output_close`. The limits bound each call (wall, CPU, memory), what one call may add to the text, how
+    many calls one row makes and how long a row's conversation grows."""
+
+    call_open: str = "<python>"  # marker the model writes before its code
+    call_close: str = "</python>"  # marker that ends the code and pauses the row for the tool
+    output_open: str = "<output>"  # marker the host writes before a call's result
+    output_close: str = "</output>"  # marker the host writes after it
+    max_turns: int = 4  # calls run per row; a row that calls once more ends there
+    max_output_chars: int = 1000  # characters of one call's output kept; the rest cut, with a note of how much
+    max_chars: int = 8000  # characters of a row's conversation after its prompt (model text and outputs)
+    wall_s: float = 5.0  # wall-clock seconds per call, then the call is killed
+    cpu_s: float = 4.0  # CPU seconds per call's process
+    memory_mb: int = 512  # address space per call's process
+
+    def __post_init__(self):
+        markers = ("call_open", "call_close", "output_open", "output_close")
+        for name in markers:
+            value = getattr(self, name)
+            if not isinstance(value, str) or not value.strip():
+                _fail("ToolConfig", name, f"must be a non-empty marker string, got {value!r}")
+        for i, a in enumerate(markers):
+            for b in markers[i + 1:]:
+                if getattr(self, a) == getattr(self, b):
+                    _fail("ToolConfig", b, f"must differ from {a}, both are {getattr(self, a)!r}")
+        for name in ("max_turns", "max_output_chars", "max_chars", "memory_mb"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                _fail("ToolConfig", name, f"must be an int >= 1, got {value!r}")
+        for name in ("wall_s", "cpu_s"):
+            value = getattr(self, name)
+            if isinstance(value, (bool, str)) or not is_finite_number(value) or value <= 0:
+                _fail("ToolConfig", name, f"must be a positive number of seconds, got {value!r}")
+
+
+@dataclasses.dataclass(frozen=True)
 class CheckpointConfig:
     every: int = 50  # save every N steps (and at the end); 0 = only at the end
     keep_last: int = 3  # newest checkpoints kept
