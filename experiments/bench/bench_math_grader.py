@@ -22,7 +22,6 @@ every pair on which a grader disagrees with the label. `--out` writes the same a
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
 import json
 import os
 import sys
@@ -30,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from grpo_jax.provenance import result_provenance
+from grpo_jax.provenance import package_versions, result_provenance
 from grpo_jax.rewards import math as math_reward
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -145,12 +144,6 @@ def format_table(table: dict[str, dict[str, Any]], graders: list[str]) -> str:
     return "\n".join(lines)
 
 
-def _version(distribution: str) -> str | None:
-    try:
-        return importlib.metadata.version(distribution)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -180,8 +173,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     result = {"pairs_path": os.path.relpath(args.pairs), "n_pairs": len(pairs), "graders": list(graders),
               "counts": table, "disagreements": wrong,
               "versions": {"math_reward_version": math_reward.MATH_VERSION,
-                           "math_verify": _version("math-verify"), "sympy": _version("sympy"),
-                           "latex2sympy2_extended": _version("latex2sympy2_extended")},
+                           **package_versions(["math-verify", "sympy", "latex2sympy2_extended"])},
               "provenance": result_provenance()}
     if args.out:
         with open(args.out, "w") as f:

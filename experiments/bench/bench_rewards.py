@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass, replace
 
 from grpo_jax.rewards import RewardSpec, evaluate
-from grpo_jax.rewards.sandbox import SandboxPool, capabilities
+from grpo_jax.rewards.sandbox import SandboxPool, available_layers
 
 
 @dataclass(frozen=True)
@@ -127,7 +127,7 @@ def main(cfg: BenchConfig) -> list[tuple[str, int, float, float]]:
     with SandboxPool(cfg.workers) as pool:
         seconds, mean = _timed([RewardSpec("code")], responses, samples, pool)
     rows.append((f"code (pool of {cfg.workers})", cfg.n_code, seconds, mean))
-    layers = [k for k in ("net_namespace", "pid_namespace", "drop_uid", "landlock", "seccomp") if capabilities()[k]]
+    layers = available_layers()
     print(f"sandbox layers: {', '.join(layers) or 'none'}")
     print(f"| {'reward':<28} | {'responses':>9} | {'seconds':>8} | {'responses/s':>11} | {'mean score':>10} |")
     print(f"|{'-' * 30}|{'-' * 11}|{'-' * 10}|{'-' * 13}|{'-' * 12}|")

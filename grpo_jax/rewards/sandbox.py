@@ -229,6 +229,12 @@ def capabilities() -> dict[str, object]:
         return dict(_capabilities_cached())
 
 
+def available_layers() -> list[str]:
+    """The isolation layers this machine allows, in the order of `_LAYERS` (what a benchmark reports)."""
+    caps = capabilities()
+    return [layer for layer in _LAYERS if caps[layer]]
+
+
 def resolve_layers(isolation: Isolation) -> dict[str, bool]:
     """The layers a run will use: requested-and-available; a required but unavailable layer is an error."""
     caps = capabilities()
