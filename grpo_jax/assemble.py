@@ -82,7 +82,7 @@ def assemble(cfg: TrainConfig) -> RunParts:
     model_cfg, params = build_model(cfg, tokenizer.vocab_size, jax.random.fold_in(run_key, INIT_KEY_FOLD),
                                     tokenizer_name=repr(tokenizer))
     actor = experience.Actor(model_cfg, tokenizer, reward_specs(cfg, task), cfg.sampling, mesh=rollout_mesh,
-                             prompt_limit=limit)
+                             prompt_limit=limit, tool=cfg.tool if cfg.tool.enabled else None)
     if cfg.checkpoint.export_hf:  # refused now, not after the last step
         export_lib.check_exportable(model_cfg, "checkpoint.export_hf=true")
     optimizer = make_optimizer(cfg)

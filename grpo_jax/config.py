@@ -422,7 +422,8 @@ class AlarmRule:
 
 # Rules whose action is MonitorConfig.collapse_action: the collapses that end learning, and an update that
 # stalls (a zero gradient although there is something to learn).
-COLLAPSE_RULES = ("entropy_collapse", "group_variance_collapse", "stalled_update")
+COLLAPSE_RULES = ("entropy_collapse", "group_variance_collapse", "stalled_update", "tool_never_called",
+                  "tool_always_errors")
 
 
 def default_rules() -> tuple[AlarmRule, ...]:
@@ -802,24 +803,31 @@ class RolloutConfig:
 
 @dataclasses.dataclass(frozen=True)
 class ToolConfig:
-    """A Python tool the policy may call mid-answer (grpo_jax/tools.py, the host side; not yet a field of
-    TrainConfig: the sampler does not pause for calls yet). A call is the code between `call_open` and
-    `call_close`; the host runs it in a fresh sandbox and appends its result between `output_open` and
-    `output_close`. The limits bound each call (wall, CPU, memory), what one call may add to the text, how
-    many calls one row makes and how long a row's conversation grows."""
+    """A Python tool the policy may call mid-answer (`tool.enabled`): rollouts pause a row when it closes a call,
+    run the call in a fresh sandbox and feed its result back as tokens the loss skips (grpo_jax/multiturn.py;
+    the host side, grpo_jax/tools.py). A call is the code between `call_open` and `call_close`; its result is
+    appended between `output_open` and `output_close` (for a Hugging Face chat model, set the four markers to its
+    template's tool-call and tool-response text). The limits bound each call (wall, CPU, memory), what one call
+    may add, and how many calls a row makes; `sampling.max_new_tokens` caps a row's tokens, the tool's included.
+    The rewards read the policy's own tokens only, so a printed answer tag cannot answer for it."""
 
+    enabled: bool = False  # rollouts (training and evaluation) answer calls; False: one turn, as without a tool
     call_open: str = "<python>"  # marker the model writes before its code
     call_close: str = "</python>"  # marker that ends the code and pauses the row for the tool
     output_open: str = "<output>"  # marker the host writes before a call's result
     output_close: str = "</output>"  # marker the host writes after it
     max_turns: int = 4  # calls run per row; a row that calls once more ends there
     max_output_chars: int = 1000  # characters of one call's output kept; the rest cut, with a note of how much
-    max_chars: int = 8000  # characters of a row's conversation after its prompt (model text and outputs)
+    max_chars: int = 8000  # characters of a row's conversation in `tools.run_turns` (rollouts cap tokens: sampling.max_new_tokens)
     wall_s: float = 5.0  # wall-clock seconds per call, then the call is killed
     cpu_s: float = 4.0  # CPU seconds per call's process
     memory_mb: int = 512  # address space per call's process
+    workers: int = 2  # calls run at once (sandboxed processes)
+    resume_every: int = 8  # decode steps a row that called may wait for the others before the host answers
 
     def __post_init__(self):
+        if not isinstance(self.enabled, bool):
+            _fail("ToolConfig", "enabled", f"must be true or false, got {self.enabled!r}")
         markers = ("call_open", "call_close", "output_open", "output_close")
         for name in markers:
             value = getattr(self, name)
@@ -829,7 +837,7 @@ class ToolConfig:
             for b in markers[i + 1:]:
                 if getattr(self, a) == getattr(self, b):
                     _fail("ToolConfig", b, f"must differ from {a}, both are {getattr(self, a)!r}")
-        for name in ("max_turns", "max_output_chars", "max_chars", "memory_mb"):
+        for name in ("max_turns", "max_output_chars", "max_chars", "memory_mb", "workers", "resume_every"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 _fail("ToolConfig", name, f"must be an int >= 1, got {value!r}")
@@ -941,6 +949,7 @@ class TrainConfig:
     dynamic: DynamicSamplingConfig = DynamicSamplingConfig()
     rollout: RolloutConfig = RolloutConfig()  # overlap of rollouts with the update; one-step off-policy
     lora: LoraConfig = LoraConfig()  # LoRA adapters instead of training every weight (rank 0 = off)
+    tool: ToolConfig = ToolConfig()  # a Python tool the policy may call mid-answer (enabled=false: none)
 
     def __post_init__(self):
         for f in ("seed", "steps", "prompts_per_step", "mu", "minibatches", "microbatches", "ref_reset_every"):

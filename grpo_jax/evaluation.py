@@ -42,6 +42,7 @@ class Evaluation:
     # [N * k] each sampled completion's answer in the task's canonical writing (None: no answer it can read); ()
     # when the task has no `canonical_answer`
     sampled_canonical: tuple = ()
+    greedy_calls: np.ndarray | None = None  # [N] tool calls of each greedy completion; None without a tool
 
     def per_problem(self) -> dict[str, np.ndarray]:
         """greedy_correct [N] bool and t1_correct [N] int (how many of the k samples are correct); with canonical
@@ -67,6 +68,9 @@ class Evaluation:
         if "format" in self.dims:
             out["eval/format_rate"] = float(np.mean(g[:, self.dims.index("format")] >= 1.0))
         out.update(satisfaction(g, self.dims, "eval"))
+        if self.greedy_calls is not None:
+            out.update({"eval/tool/call_rate": float(np.mean(self.greedy_calls > 0)),
+                        "eval/tool/calls_per_row": float(np.mean(self.greedy_calls))})
         if self.sampled.shape[1]:
             out.update(self._sampled_metrics())
         return out
@@ -107,12 +111,21 @@ def evaluate_problems(actor: Actor, params, rows: Sequence[Row], *, samples: int
     """The greedy completion of every row, and with `samples` = k, k completions at T = 1 each, scored
     (`batch_size` completions per rollout call). canonical: (text, row) -> the answer in the task's canonical
     writing or None (a task's `canonical_answer`), so distinct solutions are counted, not distinct strings."""
-    greedy, _ = _scored(actor, params, rows, group=1, temperature=0.0, batch_size=batch_size)
-    sampled, texts = (_scored(actor, params, rows, group=samples, temperature=1.0, batch_size=batch_size)
-                      if samples else (np.zeros((len(rows), 0, len(actor.dims)), np.float32), ()))
+    greedy, _, calls = _scored(actor, params, rows, group=1, temperature=0.0, batch_size=batch_size)
+    sampled, texts, _ = (_scored(actor, params, rows, group=samples, temperature=1.0, batch_size=batch_size)
+                         if samples else (np.zeros((len(rows), 0, len(actor.dims)), np.float32), (), None))
     answers = tuple(canonical(t, rows[i // samples]) for i, t in enumerate(texts)) if canonical and samples else ()
     return Evaluation(dims=tuple(actor.dims), greedy=greedy[:, 0], sampled=sampled, sampled_texts=texts,
-                      sampled_canonical=answers)
+                      sampled_canonical=answers, greedy_calls=None if calls is None else calls[:, 0])
+
+
+def without_tool(actor: Actor, params, rows: Sequence[Row], *, batch_size: int = 256) -> dict:
+    """A tool-using policy's greedy accuracy when no call is answered (one-turn decoding: what it does in its
+    head), as `eval/no_tool/...`; {} for an actor without a tool."""
+    if actor.tool is None:
+        return {}
+    ev = evaluate_problems(dataclasses.replace(actor, tool=None), params, rows, batch_size=batch_size).metrics()
+    return {k.replace("eval/", "eval/no_tool/", 1): v for k, v in ev.items() if not k.startswith("eval/satisfied")}
 
 
 def evaluate(actor: Actor, params, rows: Sequence[Row], *, samples: int = 0, batch_size: int = 256) -> dict:
@@ -121,10 +134,11 @@ def evaluate(actor: Actor, params, rows: Sequence[Row], *, samples: int = 0, bat
 
 
 def _scored(actor: Actor, params, rows: Sequence[Row], *, group: int, temperature: float,
-            batch_size: int) -> tuple[np.ndarray, tuple]:
-    """(R [N, group, K], the completions [N * group]) of `group` completions per row at `temperature`."""
+            batch_size: int) -> tuple[np.ndarray, tuple, np.ndarray | None]:
+    """(R [N, group, K], the completions [N * group], the tool calls [N, group] or None without a tool) of `group`
+    completions per row at `temperature`."""
     per_call = max(1, batch_size // group)
-    rewards, texts = [np.zeros((0, group, len(actor.dims)), np.float32)], []
+    rewards, texts, calls = [np.zeros((0, group, len(actor.dims)), np.float32)], [], [np.zeros((0, group))]
     for start in range(0, len(rows), per_call):
         chunk = rows[start : start + per_call]
         key = jax.random.fold_in(jax.random.key(SAMPLE_SEED), start) if temperature > 0 else jax.random.key(0)
@@ -132,4 +146,6 @@ def _scored(actor: Actor, params, rows: Sequence[Row], *, group: int, temperatur
                                                                 temperature=temperature))
         rewards.append(exp.rewards)
         texts.extend(exp.texts)
-    return np.concatenate(rewards), tuple(texts)
+        if exp.rollout.tool_stats is not None:
+            calls.append(np.asarray(exp.rollout.tool_stats)[..., 0])
+    return np.concatenate(rewards), tuple(texts), np.concatenate(calls) if actor.tool is not None else None

@@ -29,9 +29,9 @@ import numpy as np
 
 from grpo_jax import advantages as adv_lib
 from grpo_jax import data as data_lib
-from grpo_jax import diagnostics, sampler, sharding
+from grpo_jax import diagnostics, multiturn, sampler, sharding, tools
 from grpo_jax import rewards as rewards_lib
-from grpo_jax.config import AdvantageConfig, DynamicSamplingConfig, SamplingConfig
+from grpo_jax.config import AdvantageConfig, DynamicSamplingConfig, SamplingConfig, ToolConfig
 from grpo_jax.control import GroupBuffer
 from grpo_jax.rewards.base import ERROR_REASONS, NOT_APPLICABLE
 from grpo_jax.rewards.format import SEGMENT_KINDS, assistant_turn, segment_kinds, split_response, think_prefilled
@@ -74,6 +74,7 @@ class Actor:
     # the most prompt tokens fed to the model (data.prompt_token_limit: sampling.max_prompt_tokens, or the model's
     # positions - max_new_tokens); a longer prompt is cut as sampling.long_prompts says. None = no limit
     prompt_limit: int | None = None
+    tool: ToolConfig | None = None  # a tool the policy may call (multi-turn rollouts); None: one turn
 
     @property
     def dims(self) -> list[str]:
@@ -92,6 +93,8 @@ class Experience:
     token_kinds: np.ndarray  # [B, G, T] int8 SEGMENT_KINDS code of each completion token (`token_kinds`)
     # the first failure of each (dimension, error kind) among this process's rows (`reward_failures`)
     errors: tuple = ()
+    # [B*G] with a tool: each completion's turns ((role, text), ...), "model" or "tool" (`tool_turns`); else ()
+    turns: tuple = ()
 
 
 # --------------------------------------------------------------------------------------------------
@@ -114,10 +117,17 @@ def rollout(actor: Actor, params, rows: Sequence[Row], key: jax.Array, *, group_
     (row (b, g)'s randomness depends only on b and g, so the kept rows are those of an unpadded run)."""
     s, tok = actor.sampling, actor.tokenizer
     tokens, mask = prompt_arrays(actor, rows)
+    token_temp = (s.token_entropy_floor, s.token_boost, s.token_max_temperature) if s.token_entropy_floor else None
+    if actor.tool is not None:  # rows pause for calls; decoded under plain jit, wherever params live
+        with rewards_lib.sandbox.SandboxPool(actor.tool.workers) as pool:
+            return multiturn.sample_with_tools(
+                actor.model_cfg, params, tokens, mask, key=key, group_size=group_size, max_new_tokens=s.max_new_tokens,
+                tool=actor.tool, tokenizer=tok, pool=pool, temperature=jnp.float32(temperature), top_k=s.top_k,
+                top_p=s.top_p, eos_ids=(tok.eos_id,), pad_id=tok.pad_id,
+                token_temperature=token_temp if temperature > 0 else None, resume_every=actor.tool.resume_every)[0]
     if actor.mesh is not None:
         tokens, mask = sharding.shard_rows(actor.mesh, tokens, mask)
         params = sharding.on_mesh(params, actor.mesh)  # a separate rollout mesh: resharded onto it
-    token_temp = (s.token_entropy_floor, s.token_boost, s.token_max_temperature) if s.token_entropy_floor else None
     with contextlib.nullcontext() if actor.mesh is None else jax.sharding.use_abstract_mesh(actor.mesh.abstract_mesh):
         ro = sampler.sample(actor.model_cfg, params, tokens, mask, key=key, group_size=group_size,
                             max_new_tokens=s.max_new_tokens, temperature=jnp.float32(temperature), top_k=s.top_k,
@@ -164,8 +174,11 @@ def start_scoring(actor: Actor, rows: Sequence[Row], ro: sampler.Rollout) -> Sco
     samples = [dict(rows[i], response_length=int(lengths[i, j]), completion_ids=toks[i, j, : lengths[i, j]].tolist())
                for i in mine for j in range(g)]
     shape = (len(mine), g, len(actor.specs))
-    # a process may hold no rows (fewer groups than processes) but still joins the gather
-    mine_texts = [texts[i * g + j] for i in mine for j in range(g)]
+    # a process may hold no rows (fewer groups than processes) but still joins the gather; with a tool the rewards
+    # read the policy's own tokens (a program printing an answer tag must not answer for the policy)
+    policy = sharding.to_host(ro.policy_mask) if ro.tool_stats is not None else None
+    scored = texts if policy is None else policy_texts(actor.tokenizer, toks, lengths, policy)
+    mine_texts = [scored[i * g + j] for i in mine for j in range(g)]
     scoring = rewards_lib.start_evaluate(actor.specs, mine_texts, samples) if len(mine) else None
     kinds = token_kinds(actor.tokenizer, toks, lengths, prefilled=[think_prefilled(r) for r in rows])
 
@@ -179,9 +192,17 @@ def start_scoring(actor: Actor, rows: Sequence[Row], ro: sampler.Rollout) -> Sco
         codes = sharding.gather_rows(codes, owned, b).reshape(b * g, len(actor.specs), REASON_BYTES)
         return Experience(rows=tuple(rows), rollout=ro, rewards=sharding.gather_rows(r, owned, b),
                           texts=tuple(texts), reasons=tuple(reasons_from_codes(codes, actor.dims)), token_kinds=kinds,
-                          errors=errors)
+                          errors=errors,
+                          turns=() if policy is None else tool_turns(actor.tokenizer, toks, lengths, policy))
 
     return Scoring(finish, scoring.close if scoring is not None else lambda: None)
+
+
+def policy_texts(tokenizer, tokens_BxGxT: np.ndarray, lengths_BxG: np.ndarray, policy_BxGxT: np.ndarray) -> list[str]:
+    """[B*G] each completion's text without the tokens the policy did not draw (a tool's outputs), row-major."""
+    b, g, _ = tokens_BxGxT.shape
+    return [tokenizer.decode(tokens_BxGxT[i, j, : lengths_BxG[i, j]][policy_BxGxT[i, j, : lengths_BxG[i, j]]])
+            for i in range(b) for j in range(g)]
 
 
 def reward_failures(per_response: Sequence[dict], specs: Sequence[rewards_lib.RewardSpec]) -> tuple[dict, ...]:
@@ -298,6 +319,7 @@ def select_groups(rounds: Sequence[Experience], selection: Sequence[tuple[int, i
         texts=tuple(t for e, i in picked for t in e.texts[i * g : (i + 1) * g]),
         reasons=tuple(r for e, i in picked for r in e.reasons[i * g : (i + 1) * g]),
         token_kinds=np.concatenate([e.token_kinds[i : i + 1] for e, i in picked]),
+        turns=tuple(t for e, i in picked for t in e.turns[i * g : (i + 1) * g]),
         errors=tuple({(x["dimension"], x["kind"]): x for e in reversed(rounds) for x in e.errors}.values()))
 
 
@@ -402,7 +424,20 @@ def host_metrics(exp: Experience, dims: Sequence[str]) -> dict[str, float]:
     out.update(thinking_lengths(assistant_turns(exp.rows, exp.texts)))
     out.update(reason_counts(exp.reasons))
     out.update(failure_counts(exp.reasons, dims))
+    if exp.rollout.tool_stats is not None:
+        out.update(tools.tool_metrics(tool_stats(exp)))
     return out
+
+
+def tool_stats(exp: Experience) -> list[tools.ToolStats]:
+    """[B*G] each completion's tool use, from `Rollout.tool_stats` (row-major)."""
+    table = sharding.to_host(exp.rollout.tool_stats).reshape(-1, len(sampler.TOOL_STATS))
+    return [tools.ToolStats(*(int(x) for x in row[:-1]), float(row[-1])) for row in table]
+
+
+def host_timings(exp: Experience) -> dict[str, float]:
+    """The step's wall-clock figures that come with the experience: seconds in the tool's sandbox."""
+    return tools.tool_timings(tool_stats(exp)) if exp.rollout.tool_stats is not None else {}
 
 
 def failure_counts(reasons: Sequence[dict[str, str]], dims: Sequence[str]) -> dict[str, float]:
@@ -459,8 +494,18 @@ def logged_samples(exp: Experience, dims: Sequence[str], n: int, *, advantages_B
         prompt = {"prompt": exp.rows[i // g]["prompt"]} if i % g == 0 else {}
         rows.append({"group": i // g, **prompt, "response": exp.texts[i],
                      "rewards": {d: float(x) for d, x in zip(dims, r[i])}, "advantage": float(adv[i]),
-                     "reasons": exp.reasons[i]})
+                     "reasons": exp.reasons[i],
+                     **({"turns": [{"role": r, "text": t} for r, t in exp.turns[i]]} if exp.turns else {})})
     return rows
+
+
+def tool_turns(tokenizer, tokens_BxGxT: np.ndarray, lengths_BxG: np.ndarray, policy_BxGxT: np.ndarray) -> tuple:
+    """[B*G] each completion as its turns in order, ((role, text), ...) with role "model" for a run of tokens the
+    policy drew and "tool" for a run of a tool's output (row-major)."""
+    b, g, _ = tokens_BxGxT.shape
+    n = lengths_BxG
+    return tuple(multiturn.turns(tokenizer, tokens_BxGxT[i, j, : n[i, j]], policy_BxGxT[i, j, : n[i, j]])
+                 for i in range(b) for j in range(g))
 
 
 def token_kinds(tokenizer, tokens_BxGxT: np.ndarray, lengths_BxG: np.ndarray,

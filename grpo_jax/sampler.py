@@ -36,6 +36,7 @@ from models.keys import as_typed_key
 from models.rope import rope_positions, text_positions
 
 NEG_INF = -1e30
+TOOL_STATS = ("calls", "errors", "timeouts", "truncations", "seconds")  # Rollout.tool_stats' last axis (ToolStats)
 
 
 @flax.struct.dataclass
@@ -56,6 +57,9 @@ class Rollout:
     # [B, G, T] bool: True where the policy drew the token, False where the host inserted it (a tool's output);
     # a single-turn decode draws every token, so it is all True. Only `policy_tokens` enter training.
     policy_mask: jax.Array
+    # [B, G, len(TOOL_STATS)] float32 per row: its tool calls, failed calls, calls out of time, calls whose output
+    # was cut, seconds in the sandbox (grpo_jax.multiturn); None for a rollout without a tool
+    tool_stats: jax.Array | None = None
 
     @property
     def policy_tokens(self) -> jax.Array:

@@ -13,9 +13,8 @@ imports and working-directory files of one call are gone at the next, no network
 outside the working directory are refused where the machine has Landlock: docs/sandbox.md says what
 remains without it), and the calls of several rows run at once through a `SandboxPool`.
 
-The jitted sampler does not pause rows for calls yet: `run_turns` is the loop it will implement, on texts,
-so the rules (which marker closes a call, what a row does at its turn and length caps, what the record of a
-conversation holds) are fixed and tested before it does.
+The jitted sampler's multi-turn decode (`grpo_jax.multiturn`) uses these pieces on tokens; `run_turns` is the
+same loop on texts, for any text generator.
 """
 
 from __future__ import annotations
@@ -24,16 +23,25 @@ import dataclasses
 import re
 from collections.abc import Callable, Sequence
 
-from grpo_jax.config import AlarmRule, ToolConfig
+from grpo_jax.config import AlarmRule, MonitorConfig, ToolConfig
 from grpo_jax.rewards.sandbox import Limits, SandboxPool, SandboxResult, run_program
 
 TIMEOUT_STATUSES = ("timeout", "cpu_limit")  # sandbox statuses counted as a call that ran out of time
-# Proposed alarms on tool_metrics (not among config.default_rules yet; a tool run would add them): a policy
-# that stopped calling the tool, and one whose calls (nearly) all fail.
+# The alarms a run with the tool adds to its rules (`monitor_config`): a policy that stopped calling the tool,
+# and one whose calls (nearly) all fail. Both collapses pause (monitor.collapse_action=warn makes them warnings).
 TOOL_ALARM_RULES = (
-    AlarmRule("tool/call_rate", "below", 0.01, patience=10, name="tool_never_called"),
-    AlarmRule("tool/error_rate", "above", 0.9, patience=10, name="tool_always_errors"),
+    AlarmRule("tool/call_rate", "below", 0.01, action="pause", patience=10, name="tool_never_called"),
+    AlarmRule("tool/error_rate", "above", 0.9, action="pause", patience=10, name="tool_always_errors"),
 )
+
+
+def monitor_config(monitor: MonitorConfig, tool: ToolConfig) -> MonitorConfig:
+    """The run's alarm rules: `monitor`'s, plus TOOL_ALARM_RULES when the tool is on (a rule of the same name
+    already there is kept as the user set it)."""
+    if not tool.enabled:
+        return monitor
+    names = {r.name for r in monitor.rules}
+    return dataclasses.replace(monitor, rules=monitor.rules + tuple(r for r in TOOL_ALARM_RULES if r.name not in names))
 
 
 # ------------------------------------------------------------------------------------ finding a call
@@ -212,7 +220,9 @@ def tool_timings(stats: Sequence[ToolStats]) -> dict[str, float]:
 
 # ------------------------------------------------------------------------------------ the multi-turn loop
 
-STOP_REASONS = ("done", "max_turns", "max_chars")  # a row ended without a call / calling past the cap / too long
+# why a row ended: without a call (its EOS) / calling past max_turns / past max_chars (`run_turns`) / past the
+# token cap or out of cache slots (`multiturn.sample_with_tools`, which counts tokens, not characters)
+STOP_REASONS = ("done", "max_turns", "max_chars", "max_tokens", "max_slots")
 
 
 @dataclasses.dataclass

@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from grpo_jax import (aot, control, evaluation, experience, failures, interrupts, monitor, presets, provenance,
-                      runfolder, runlock, sharding)
+                      runfolder, runlock, sharding, tools)
 from grpo_jax import export as export_lib
 from grpo_jax import data as data_lib
 from grpo_jax import rewards as rewards_lib
@@ -70,7 +70,7 @@ class Trainer:
             self.next_rows = self.stream.take
             self.entropy_ctl = control.EntropyCoefController(cfg.entropy)
             self.temp_ctl = control.TemperatureController(cfg.temperature, cfg.sampling.temperature)
-            self.monitor = monitor.Monitor(cfg.monitor)
+            self.monitor = monitor.Monitor(tools.monitor_config(cfg.monitor, cfg.tool))
             self.failures = failures.RewardFailures()  # reward failures said once each; a total one stops the run
             self.steps_taken = 0  # by this process (a reward failing on every row of the first one stops the run)
             self.reward_weights = control.RewardWeights(self.actor.dims, rewards_lib.weights(self.actor.specs),
@@ -176,7 +176,8 @@ class Trainer:
         n_tokens = int(sharding.to_host(exp.rollout.lengths).sum())
         timings = {"time/rollout_wait": t_decoded - t0, "time/score": t1 - t_decoded, "time/score_ahead": t_ahead,
                    "time/rollout_and_reward": t1 - t0, "time/update": t2 - t1, "time/step": t2 - t0,
-                   "tokens_per_s": n_tokens / max(t2 - t0, 1e-9)}  # completion tokens per second of step_once
+                   "tokens_per_s": n_tokens / max(t2 - t0, 1e-9),  # completion tokens per second of step_once
+                   **experience.host_timings(exp)}
         return StepOutput(metrics, timings, exp, histograms, sharding.to_host(adv))
 
     def _update_controls(self, step: int, entropy_mean: float) -> None:
@@ -195,11 +196,12 @@ class Trainer:
         ev = evaluation.evaluate_problems(self.actor, self.policy_params(), rows,
                                           samples=self.cfg.logging.eval_samples if sampled else 0,
                                           canonical=getattr(self.task, "canonical_answer", None))
+        no_tool = evaluation.without_tool(self.actor, self.policy_params(), rows)  # {} without a tool
         if rows is self.eval_rows and len(rows):
             per_problem = ev.per_problem()
             self.logger.log_problems(self.step, {**per_problem, "samples": ev.sampled.shape[1]} if sampled else
                                      {"greedy_correct": per_problem["greedy_correct"]})
-        return ev.metrics()
+        return {**ev.metrics(), **no_tool}
 
     # ------------------------------------------------------------------ the loop
     def run(self) -> dict:
