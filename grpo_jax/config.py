@@ -824,10 +824,14 @@ class ToolConfig:
     memory_mb: int = 512  # address space per call's process
     workers: int = 2  # calls run at once (sandboxed processes)
     resume_every: int = 8  # decode steps a row that called may wait for the others before the host answers
+    # right for code that prints the same every run (arithmetic); code reading the clock or random numbers would
+    # give every row one draw
+    share_identical: bool = False  # identical calls answered together run once and share their result
 
     def __post_init__(self):
-        if not isinstance(self.enabled, bool):
-            _fail("ToolConfig", "enabled", f"must be true or false, got {self.enabled!r}")
+        for name in ("enabled", "share_identical"):
+            if not isinstance(getattr(self, name), bool):
+                _fail("ToolConfig", name, f"must be true or false, got {getattr(self, name)!r}")
         markers = ("call_open", "call_close", "output_open", "output_close")
         for name in markers:
             value = getattr(self, name)

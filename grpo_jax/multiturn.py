@@ -199,7 +199,10 @@ def _answer_waiting(host: dict, rows: list[_Row], tokenizer, tool: ToolConfig, p
         else:
             calls[i] = code
     forced = {}
-    for i, result in zip(calls, tools.run_calls(list(calls.values()), tool, pool)):
+    unique = list(dict.fromkeys(calls.values())) if tool.share_identical else list(calls.values())
+    ran = dict(zip(unique, tools.run_calls(unique, tool, pool))) if tool.share_identical else None
+    results = [ran[c] for c in calls.values()] if ran is not None else tools.run_calls(unique, tool, pool)
+    for i, result in zip(calls, results):
         ids = [int(x) for x in tokenizer.encode(result.text)][: t_max - int(host["n"][i])]
         rows[i].calls.append((calls[i], result))
         rows[i].mark = int(host["n"][i]) + len(ids)

@@ -213,3 +213,18 @@ def test_bad_arguments_are_named():
                                     tool=TOOL, tokenizer=tok, pool=pool, resume_every=0)
     with pytest.raises(ValueError, match="workers"):
         ToolConfig(workers=0)
+
+
+def test_shared_identical_calls_run_once_and_give_the_same_rows(taught, monkeypatch):
+    """tool.share_identical: the two greedy rows of a prompt write the same call; it runs once (per distinct code
+    among the rows answered together) and both rows get its output, as when each ran its own."""
+    ran = []
+    real = tools.run_calls
+    monkeypatch.setattr(tools, "run_calls", lambda codes, cfg, pool: ran.append(list(codes)) or real(codes, cfg, pool))
+    alone, alone_convs = _sample(taught, group_size=2)
+    each = sum(len(c) for c in ran)
+    ran.clear()
+    shared, shared_convs = _sample(taught, group_size=2, tool=ToolConfig(share_identical=True))
+    assert all(len(c) == len(set(c)) for c in ran) and sum(len(c) for c in ran) * 2 == each
+    np.testing.assert_array_equal(np.asarray(shared.tokens), np.asarray(alone.tokens))
+    assert [c.segments for c in shared_convs] == [c.segments for c in alone_convs]
