@@ -10,6 +10,10 @@ starts inside the thinking and never contains the opening tag. The data pipeline
 `THINK_PREFILLED` (a bool field); `assistant_turn` puts the prompt's opening tag back in front of the
 completion, so every reward judges the same text, the whole assistant turn. A row without the field is
 scored on the completion as written: a model that omits `<think>` on its own still fails the format.
+
+A policy with a Python tool (grpo_jax/tools.py) writes `<python>code</python>` before answering; its rewards
+read its own text, the tool's outputs removed, and `format_reward(tool_call=("<python>", "</python>"))` accepts
+such calls between the thinking and the answer (without the option they are text before the answer, as ever).
 """
 
 from __future__ import annotations
