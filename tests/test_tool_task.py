@@ -86,7 +86,7 @@ def test_the_tool_solution_holds_exactly_what_running_its_call_appends():
     call = tools.find_call(tool, CFG)
     assert call is not None and call.code == call_code(row["prompt"])
     result = tools.run_call(call.code, CFG)  # a real sandboxed run, as the host will do it
-    assert result.status == "ok"
+    assert result.status == "ok" and result.text == tools.format_output(row["answer"], CFG)
     assert tool[call.end:] == result.text + f"<answer>{row['answer']}</answer>"
 
 

@@ -8,7 +8,7 @@ multiplication as the default operation: 3-digit products are what a small model
 Two solution paths, so the supervised warm start (`sft._target` picks one per draw) shows the call format on
 about half of its draws and the plain answer on the others:
 - tool:    `<think>mul</think><python>print(123*456)</python><output>\\n56088\\n</output>\\n<answer>56088</answer>`,
-  the output text built by `tools.format_output`, so it is exactly what the sampler appends after the call;
+  the output text exactly what `tools.format_output` makes of the printed product, as the sampler appends it;
 - in-head: `<think>mul</think><answer>56088</answer>` (`ArithmeticTask.solution`).
 The code writes the operands without the prompt's zero padding: `print(123*045)` is a SyntaxError in Python 3
 (a leading zero in a decimal literal), so "123*045=" is called as `print(123*45)`.
@@ -24,7 +24,6 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from grpo_jax import tools
 from grpo_jax.config import ToolConfig
 from grpo_jax.tasks.arithmetic import OPS, ArithmeticTask
 from grpo_jax.tasks.base import ANSWER_CLOSE, ANSWER_OPEN, THINK_CLOSE, THINK_OPEN, Row
@@ -53,7 +52,7 @@ class ToolArithmeticTask:
     required_fields: tuple[str, ...] = ("prompt", "answer")
 
     def __post_init__(self) -> None:
-        self.base  # validates digits and op (the errors name them)
+        ArithmeticTask(digits=self.digits, op=self.op)  # a bad digits or op is an error naming it, now
 
     @property
     def base(self) -> ArithmeticTask:
@@ -79,8 +78,10 @@ class ToolArithmeticTask:
         thought = OPS[row.get("op", self.op)][0]
         answer = str(row["answer"])  # what the call prints: the product, one line
         call = f"{cfg.call_open}{call_code(row['prompt'])}{cfg.call_close}"
-        return (f"{THINK_OPEN}{thought}{THINK_CLOSE}{call}{tools.format_output(answer, cfg)}"
-                f"{ANSWER_OPEN}{answer}{ANSWER_CLOSE}")
+        # tools.format_output(answer, cfg), written out: tasks and tools share a floor of docs/architecture.md, so
+        # neither imports the other (tests/test_tool_task.py checks the two texts, and a real run's, are one)
+        output = f"{cfg.output_open}\n{answer}\n{cfg.output_close}\n"
+        return f"{THINK_OPEN}{thought}{THINK_CLOSE}{call}{output}{ANSWER_OPEN}{answer}{ANSWER_CLOSE}"
 
     def tokenizer(self) -> Tokenizer:
         """Characters with atomic think/answer tags and tool markers, and the characters tool output may hold."""
