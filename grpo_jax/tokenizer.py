@@ -30,6 +30,13 @@ TAGS = ("<think>", "</think>", "<answer>", "</answer>")
 CONTROL = ("<pad>", "<bos>", "<eos>", "<unk>")  # ids 0..3 in CharTokenizer
 # One alphabet for every shipped task, so all of them share ids (and one model can serve several tasks).
 TASK_ALPHABET = string.digits + string.ascii_lowercase + " +-*/=:.,?!'()"
+# A task whose policy calls a Python tool (grpo_jax/tools.py) needs its markers as single tokens too: the sampler
+# pauses a row when it emits the close marker's id. Same strings as config.ToolConfig's defaults.
+TOOL_TAGS = ("<python>", "</python>", "<output>", "</output>")
+# What code and its printed output or error line add to TASK_ALPHABET ("NameError: name 'x_1' is not defined
+# (line 1)", "[output cut: ...]", a line break per printed line). '<' and '>' are characters as well as the first
+# and last of every tag: `CharTokenizer.encode` matches whole tags first, so a tag's text is always its one id.
+TOOL_ALPHABET = TASK_ALPHABET + string.ascii_uppercase + "\n\t_\"[]{}<>;#%&|^~@$\\`"
 
 
 class Tokenizer(abc.ABC):

@@ -10,12 +10,16 @@ starts inside the thinking and never contains the opening tag. The data pipeline
 `THINK_PREFILLED` (a bool field); `assistant_turn` puts the prompt's opening tag back in front of the
 completion, so every reward judges the same text, the whole assistant turn. A row without the field is
 scored on the completion as written: a model that omits `<think>` on its own still fails the format.
+
+A policy with a Python tool (grpo_jax/tools.py) writes `<python>code</python>` before answering; its rewards
+read its own text, the tool's outputs removed, and `format_reward(tool_call=("<python>", "</python>"))` accepts
+such calls between the thinking and the answer (without the option they are text before the answer, as ever).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 from grpo_jax.rewards.base import RewardInputError, RewardResult, reward
@@ -141,10 +145,44 @@ def _find_all(text: str, sub: str, start: int) -> list[int]:
     return out
 
 
+def tool_markers(tool_call: Sequence[str] | None) -> tuple[str, str] | None:
+    """The (open, close) markers of a tool call from the `tool_call` keyword, or None (calls not allowed)."""
+    if tool_call is None:
+        return None
+    if (isinstance(tool_call, str) or not isinstance(tool_call, Sequence) or len(tool_call) != 2
+            or not all(isinstance(m, str) and m.strip() for m in tool_call) or tool_call[0] == tool_call[1]):
+        raise RewardInputError(f"tool_call must be two distinct non-empty marker strings (open, close), "
+                               f"got {tool_call!r:.80}")
+    return tool_call[0], tool_call[1]
+
+
+def _after_calls(rest: str, call_open: str, call_close: str) -> tuple[str, str]:
+    """(the text after the calls that open `rest`, 'ok' or the violated rule). Each call is `call_open`, non-empty
+    code, `call_close`, with only whitespace between calls; a marker anywhere else (a call after the answer, a
+    close without an open) is out of order, and a call the text never closes is unclosed."""
+    text = rest.lstrip()
+    while text.startswith(call_open):
+        code, closed, text = text[len(call_open):].partition(call_close)
+        if not closed or call_open in code:
+            return text, "tool_call_unclosed"
+        if not code.strip():
+            return text, "tool_call_empty"
+        text = text.lstrip()
+    if call_open in text or call_close in text:
+        return text, "tool_call_order"
+    return text, "ok"
+
+
 def check_format(
-    response: str, *, think_tag: str = "think", answer_tag: str = "answer", require_answer_tag: bool = False
+    response: str, *, think_tag: str = "think", answer_tag: str = "answer", require_answer_tag: bool = False,
+    tool_call: Sequence[str] | None = None,
 ) -> str:
-    """'ok' if the response has the strict structure, else the first violated rule (a short reason)."""
+    """'ok' if the response has the strict structure, else the first violated rule (a short reason).
+
+    `tool_call` (open, close markers): tool calls may stand between the thinking and the answer, as the policy
+    writes them in a rollout with a tool (the tool's outputs removed: the reward reads the policy's own text
+    only). None: any marker text is ordinary text (outside the answer block: `text_before_answer`)."""
+    markers = tool_markers(tool_call)
     think_open, think_close = _tags(think_tag)
     answer_open, answer_close = _tags(answer_tag)
     counts = {t: response.count(t) for t in (think_open, think_close, answer_open, answer_close)}
@@ -165,6 +203,12 @@ def check_format(
         return "tag_order"
     if not thinking.strip():
         return "empty_thinking"
+    if markers is not None:
+        if any(m in thinking for m in markers):
+            return "tool_call_order"
+        rest, reason = _after_calls(rest, *markers)
+        if reason != "ok":
+            return reason
     return _check_answer_region(rest, answer_open, answer_close, require_answer_tag)
 
 
@@ -195,14 +239,17 @@ def format_reward(
     think_tag: str = "think",
     answer_tag: str = "answer",
     require_answer_tag: bool = False,
+    tool_call: Sequence[str] | None = None,
 ) -> RewardResult:
     """1 if the response is exactly `<think>T</think>A` (or `…</think><answer>A</answer>`), else 0.
 
     Each tag at most once and in order, T and A non-empty after stripping, and only whitespace outside
     (before `<think>`, around the answer block). The text judged is `assistant_turn`: when the sample says
     the prompt opened `<think>` (`think_prefilled`), "T</think>A" is the full structure; otherwise the
-    sample is not read.
+    sample is not read. With `tool_call` = (open, close), e.g. ("<python>", "</python>"), complete non-empty
+    calls may also stand between `</think>` and the answer (`check_format`); the default None scores as before.
     """
     turn = assistant_turn(response, sample, think_tag=think_tag)
-    reason = check_format(turn, think_tag=think_tag, answer_tag=answer_tag, require_answer_tag=require_answer_tag)
+    reason = check_format(turn, think_tag=think_tag, answer_tag=answer_tag, require_answer_tag=require_answer_tag,
+                          tool_call=tool_call)
     return RewardResult(1.0 if reason == "ok" else 0.0, {"reason": reason})

@@ -28,11 +28,12 @@ from grpo_jax.tasks.base import SPLITS, Row, Task, split_of
 from grpo_jax.tasks.countdown import CountdownTask
 from grpo_jax.tasks.jsonl import JsonlTask
 from grpo_jax.tasks.jsonl_math import JsonlMathTask
+from grpo_jax.tasks.tool_arithmetic import ToolArithmeticTask
 from grpo_jax.tasks.translation import TranslationTask
 
 TASKS: Mapping[str, Task] = MappingProxyType(
     {"arithmetic": ArithmeticTask(), "translation": TranslationTask(), "countdown": CountdownTask(),
-     "jsonl": JsonlTask(), "jsonl_math": JsonlMathTask()}
+     "tool_arithmetic": ToolArithmeticTask(), "jsonl": JsonlTask(), "jsonl_math": JsonlMathTask()}
 )
 
 
@@ -117,5 +118,5 @@ def bind_format(task: Task, fmt: str) -> Task:
 
 
 __all__ = ["FORMATS", "SPLITS", "SYNTHETIC", "TASKS", "ArithmeticTask", "CountdownTask", "JsonlMathTask", "JsonlTask",
-           "Row", "Task", "TranslationTask", "bind_format", "generates_rows", "get_task", "row_formats", "row_options",
-           "split_of"]
+           "Row", "Task", "ToolArithmeticTask", "TranslationTask", "bind_format", "generates_rows", "get_task",
+           "row_formats", "row_options", "split_of"]
