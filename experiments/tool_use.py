@@ -68,7 +68,7 @@ def get_config(smoke: bool = False) -> TrainConfig:
 def summarize(rows: list[dict]) -> dict:
     """One run's held-out figures at the start and the end, and its tool use over the last steps."""
     evals = [r for r in rows if "eval/accuracy" in r]
-    train = [r for r in rows if "loss" in r]
+    train = [r for r in rows if "reward/math/mean" in r]  # the training steps (a key the archived files keep)
     out = {}
     for when, ev in (("start", evals[0]), ("final", evals[-1])):
         out[f"accuracy_{when}"] = ev["eval/accuracy"]

@@ -353,3 +353,23 @@ def test_coverage_study_smoke_commits_its_runs_and_recomputes_its_tables(tmp_pat
     md[row] = md[row].replace("| none |", "| none | 9 |", 1)
     (committed / "results.md").write_text("\n".join(md) + "\n")
     assert subprocess.run(recompute, cwd=ROOT, capture_output=True, text=True, timeout=900).returncode == 1
+
+
+def test_tool_use_study_smoke_reports_tool_figures_and_recomputes(tmp_path):
+    """The tool-use study at smoke scale: its three arms train (the `tool` arm with calls answered: the metrics carry
+    tool/*, the evaluation eval/no_tool/accuracy), the per-seed acceptance and the comparison are written, and
+    experiments/recompute.py rebuilds results.md from the archived per-run files alone."""
+    out = tmp_path / "study"
+    done = subprocess.run([sys.executable, "experiments/tool_use.py", "--smoke", "--quiet", "--out", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    study = json.loads((out / "results.json").read_text())
+    seed = str(study["seeds"][0])
+    assert set(study["tool_ahead_on_each_seed"]) == {seed}
+    tool_rows = [json.loads(x) for x in (out / "runs" / "tool" / f"seed{seed}" / "metrics.jsonl").read_text().splitlines()]
+    assert any("tool/call_rate" in r for r in tool_rows) and any("eval/no_tool/accuracy" in r for r in tool_rows)
+    base_rows = [json.loads(x) for x in (out / "runs" / "no_tool" / f"seed{seed}" / "metrics.jsonl").read_text().splitlines()]
+    assert not any(k.startswith(("tool/", "eval/no_tool/")) for r in base_rows for k in r)
+    same = subprocess.run([sys.executable, "experiments/recompute.py", str(out)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=900)
+    assert same.returncode == 0 and "all equal" in same.stdout, same.stdout[-2000:] + same.stderr[-2000:]
