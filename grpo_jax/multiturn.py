@@ -199,9 +199,12 @@ def _answer_waiting(host: dict, rows: list[_Row], tokenizer, tool: ToolConfig, p
         else:
             calls[i] = code
     forced = {}
-    unique = list(dict.fromkeys(calls.values())) if tool.share_identical else list(calls.values())
-    ran = dict(zip(unique, tools.run_calls(unique, tool, pool))) if tool.share_identical else None
-    results = [ran[c] for c in calls.values()] if ran is not None else tools.run_calls(unique, tool, pool)
+    if tool.share_identical:  # each distinct code runs once; its sandbox seconds are counted on its first row
+        ran = dict(zip(unique := list(dict.fromkeys(calls.values())), tools.run_calls(unique, tool, pool)))
+        first = {code: i for i, code in reversed(list(calls.items()))}
+        results = [ran[c] if first[c] == i else dataclasses.replace(ran[c], seconds=0.0) for i, c in calls.items()]
+    else:
+        results = tools.run_calls(list(calls.values()), tool, pool)
     for i, result in zip(calls, results):
         ids = [int(x) for x in tokenizer.encode(result.text)][: t_max - int(host["n"][i])]
         rows[i].calls.append((calls[i], result))
