@@ -254,7 +254,8 @@ def test_bf16_gap_smoke(tmp_path):
         assert 0 <= run["gap_abs_logp"] < 1e-2 and run["gap_ratio_max"] >= 1.0, run
     config = json.loads((tmp_path / "tis" / "seed0" / "config.json").read_text())
     assert config["model"]["param_dtype"] == "bfloat16" and config["loss"]["tis_cap"] == 2.0
-    assert "unknown arm(s) nope" in _refused("bf16_gap", ["--smoke", "--out", str(tmp_path / "x"), "--arms", "plain,nope"])
+    bad = _refused("bf16_gap", ["--smoke", "--out", str(tmp_path / "x"), "--arms", "plain,nope"])
+    assert "unknown arm(s) nope" in bad
 
 
 def test_entropy_study_summary_reads_the_start_and_the_end():
