@@ -30,6 +30,17 @@ def _arithmetic_smoke(out, *extra):
     return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600, umask=0o022)
 
 
+def _refused(launcher: str, argv: list[str]) -> str:
+    """The message `experiments/<launcher>.py argv` stops with, run in this process: a launcher refuses by raising
+    SystemExit with a message, which Python prints to stderr before exiting with status 1 (the launchers are
+    run as their command line elsewhere in this file); in-process, the refusal costs no interpreter start and
+    jax import."""
+    with pytest.raises(SystemExit) as stopped:
+        load_launcher(launcher).main(argv)
+    assert isinstance(stopped.value.code, str), stopped.value.code  # a message: exit status 1, not 0 or None
+    return stopped.value.code
+
+
 def test_arithmetic_smoke_writes_the_report_and_resumes_accumulate_it(tmp_path):
     out = _arithmetic_smoke(tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -53,10 +64,16 @@ def test_arithmetic_smoke_writes_the_report_and_resumes_accumulate_it(tmp_path):
     # Resumed twice (a step each), the report keeps the warm start's figures (sft_steps / sft_valid_accuracy
     # from the segment that made it, not null), lists the three segments and sums their wall times, and the
     # 15-minute target is checked against the sum, not against the last process's own time.
+    # The resumes run the launcher's main in this process (the first run above is the command line): each
+    # reads its run's state from the folder alone, and skips an interpreter start and a jax import.
     first = summary
-    for steps in (3, 4):
-        again = _arithmetic_smoke(tmp_path, "--resume", "--set", f"steps={steps}")
-        assert again.returncode == 0, again.stderr[-3000:]
+    umask = os.umask(0o022)  # as the command line's above: the rewritten report must come out 0644 again
+    try:
+        for steps in (3, 4):
+            load_launcher("arithmetic").main(["--smoke", "--quiet", "--out", str(tmp_path), "--resume", "--set",
+                                              f"steps={steps}"])
+    finally:
+        os.umask(umask)
     final = json.loads((tmp_path / "report.json").read_text())
     assert final["steps"] == 4 and final["sft_steps"] == first["sft_steps"] is not None
     assert final["sft_valid_accuracy"] == first["sft_valid_accuracy"] is not None
@@ -126,10 +143,10 @@ def _study_smoke(script, tmp_path, columns, arms):
         assert len(runs) == 1 and all(c in runs[0] for c in columns), (arm, runs)
     md = (tmp_path / "results.md").read_text()
     assert all(arm in md for arm in study["results"]) and os.path.exists(tmp_path / "plots")
-    # the tables rebuilt from the finished runs (as after seeds trained in separate processes) are the same
-    again = subprocess.run([sys.executable, f"experiments/{script}", "--smoke", "--summarize-only", "--out",
-                            str(tmp_path), "--arms", arms], cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert again.returncode == 0, again.stderr[-3000:]
+    # the tables rebuilt from the finished runs (as after seeds trained in separate processes) are the same;
+    # rebuilt by the launcher's main in this process, not by the process that trained them
+    load_launcher(script.removesuffix(".py")).main(["--smoke", "--summarize-only", "--out", str(tmp_path),
+                                                    "--arms", arms])
     rebuilt = json.loads((tmp_path / "results.json").read_text())
     for arm, runs in study["results"].items():
         original = [{k: v for k, v in r.items() if k != "sft_steps"} for r in runs]  # NaN-safe via JSON text
@@ -162,11 +179,9 @@ def test_reward_collapse_smoke(tmp_path):
     config = json.loads(path.read_text())
     config["loss"]["policy_loss"] = "ppo"
     path.write_text(json.dumps(config))
-    bad = subprocess.run([sys.executable, "experiments/reward_collapse.py", "--smoke", "--summarize-only", "--out",
-                          str(tmp_path), "--arms", "grpo,cispo"], cwd=ROOT, capture_output=True, text=True,
-                         timeout=600)
-    assert bad.returncode != 0 and "cispo/seed0/config.json is not this arm's run" in bad.stderr, bad.stderr[-2000:]
-    assert "loss.policy_loss = 'ppo', the arm trains with 'cispo'" in bad.stderr
+    bad = _refused("reward_collapse", ["--smoke", "--summarize-only", "--out", str(tmp_path), "--arms", "grpo,cispo"])
+    assert "cispo/seed0/config.json is not this arm's run" in bad, bad[-2000:]
+    assert "loss.policy_loss = 'ppo', the arm trains with 'cispo'" in bad
 
 
 def test_entropy_collapse_smoke(tmp_path):
@@ -218,20 +233,16 @@ def test_entropy_collapse_smoke(tmp_path):
                                                             jax.tree.leaves(fresh.policy_params(fresh.state)))]
     assert step == 3 and max(moved) > 0, moved
     # --update scores one more arm and keeps the others; a different k is refused
-    again = subprocess.run([sys.executable, "experiments/pass_at_k.py", str(tmp_path), "--arms",
-                            "fixed_recovery", "--seeds", "0", "--k", "3", "--update"], cwd=ROOT,
-                           capture_output=True, text=True, timeout=600)
-    assert again.returncode == 0, again.stderr[-3000:]
+    load_launcher("pass_at_k").main([str(tmp_path), "--arms", "fixed_recovery", "--seeds", "0", "--k", "3",
+                                     "--update"])
     updated = json.loads((tmp_path / "pass_at_k.json").read_text())
     added = updated["results"]["fixed_recovery"]
     assert updated["results"] == {**report["results"], "fixed_recovery": added} and len(added) == 1
     assert updated["warm_seed"] == report["warm_seed"] == 0
-    wrong_k = subprocess.run([sys.executable, "experiments/pass_at_k.py", str(tmp_path), "--arms", "none", "--seeds",
-                              "0", "--k", "2", "--update"], cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert wrong_k.returncode != 0 and "has k = 3, not --k 2" in wrong_k.stderr
-    bad = subprocess.run([sys.executable, "experiments/pass_at_k.py", str(tmp_path), "--arms", "nope"], cwd=ROOT,
-                         capture_output=True, text=True, timeout=300)
-    assert bad.returncode != 0 and "no checkpoints in" in bad.stderr and "nope" in bad.stderr
+    wrong_k = _refused("pass_at_k", [str(tmp_path), "--arms", "none", "--seeds", "0", "--k", "2", "--update"])
+    assert "has k = 3, not --k 2" in wrong_k
+    bad = _refused("pass_at_k", [str(tmp_path), "--arms", "nope"])
+    assert "no checkpoints in" in bad and "nope" in bad
 
 
 def test_bf16_gap_smoke(tmp_path):
@@ -243,9 +254,8 @@ def test_bf16_gap_smoke(tmp_path):
         assert 0 <= run["gap_abs_logp"] < 1e-2 and run["gap_ratio_max"] >= 1.0, run
     config = json.loads((tmp_path / "tis" / "seed0" / "config.json").read_text())
     assert config["model"]["param_dtype"] == "bfloat16" and config["loss"]["tis_cap"] == 2.0
-    bad = subprocess.run([sys.executable, "experiments/bf16_gap.py", "--smoke", "--out", str(tmp_path / "x"),
-                          "--arms", "plain,nope"], cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert bad.returncode != 0 and "unknown arm(s) nope" in bad.stderr
+    bad = _refused("bf16_gap", ["--smoke", "--out", str(tmp_path / "x"), "--arms", "plain,nope"])
+    assert "unknown arm(s) nope" in bad
 
 
 def test_entropy_study_summary_reads_the_start_and_the_end():

@@ -53,35 +53,38 @@ def _checkpoints(out):
     return sorted(int(p) for p in os.listdir(ckpts) if p.isdigit()) if ckpts.exists() else []
 
 
-def _state(run_dir, step=None):
-    """(step, params + optimizer state leaves, the params a rebuilt-from-seed resume would start from) of the
-    checkpoint at `step` (default: the newest)."""
+def _probe(probe_dir):
+    """A Trainer of the experiment's config (the same for every checkpoint read here), built once: the target
+    every checkpoint is restored into, the params a rebuilt-from-seed resume would start from, and the first step
+    the gradient-norm tolerance is taken on (each Trainer built compiles the run's programs again)."""
     from grpo_jax import presets, train
-    from grpo_jax.checkpoint import Checkpointer
     from grpo_jax.cli import parse_args
 
     _, cfg = parse_args(["--smoke", *EXTRA], get_config=presets.arithmetic)
-    tr = train.Trainer(cfg, str(run_dir.parent / f"probe-{run_dir.name}"), quiet=True)
-    target = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), tr.state)
+    return train.Trainer(cfg, str(probe_dir), quiet=True)
+
+
+def _state(probe, run_dir, step=None):
+    """(step, params + optimizer state leaves) of the checkpoint of `run_dir` at `step` (default: the newest),
+    restored into the layout of the `probe` Trainer's state."""
+    from grpo_jax.checkpoint import Checkpointer
+
+    target = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), probe.state)
     ck = Checkpointer(str(run_dir / "checkpoints"))
     state, _, step = ck.restore(target, step=step)
     ck.close()
-    return step, _leaves(state.params) + _leaves(state.opt_state), _leaves(tr.state.params)
+    return step, _leaves(state.params) + _leaves(state.opt_state)
 
 
-def _grad_norm_rtol(probe_dir) -> float:
+def _grad_norm_rtol(probe) -> float:
     """tests/test_train.grad_norm_rtol for this experiment's steps: its model, its batch shape and the logprob_tol
-    of a first step's rollout, taken on a probe trainer of the same config (one extra step)."""
-    from grpo_jax import presets, train
-    from grpo_jax.cli import parse_args
-
-    _, cfg = parse_args(["--smoke", *EXTRA], get_config=presets.arithmetic)
-    tr = train.Trainer(cfg, str(probe_dir), quiet=True)
-    params = jax.tree.map(np.asarray, tr.policy_params())  # a copy: the step donates the state
-    out = tr.step_once()
+    of a first step's rollout, taken on the probe Trainer (one extra step; its state is donated, so this comes
+    after every restore into the probe's layout)."""
+    params = jax.tree.map(np.asarray, probe.policy_params())  # a copy: the step donates the state
+    out = probe.step_once()
     ro = out.experience.rollout
-    return grad_norm_rtol(tr.actor.model_cfg, int(np.prod(ro.tokens.shape[:2])),
-                          int(ro.prompt_tokens.shape[-1] + ro.tokens.shape[-1]), step_logprob_tol(tr, params, out))
+    return grad_norm_rtol(probe.actor.model_cfg, int(np.prod(ro.tokens.shape[:2])),
+                          int(ro.prompt_tokens.shape[-1] + ro.tokens.shape[-1]), step_logprob_tol(probe, params, out))
 
 
 def test_two_processes_killed_mid_run_resume_and_match_one_process(tmp_path):
@@ -120,17 +123,19 @@ def test_two_processes_killed_mid_run_resume_and_match_one_process(tmp_path):
     assert not [p for p in os.listdir(out) if p.startswith("process-")], os.listdir(out)
     assert (out / "report.md").exists()
 
-    step_one, one, seed_params = _state(tmp_path / "one")
-    step_two, two, _ = _state(out)
+    probe = _probe(tmp_path / "probe")
+    seed_params = _leaves(probe.state.params)  # the params a resume that rebuilt them from the seed would have
+    step_one, one = _state(probe, tmp_path / "one")
+    step_two, two = _state(probe, out)
     assert step_one == step_two == STEPS
     n_params = len(seed_params)
     _assert_moved(seed_params, two[:n_params])  # the resume did not rebuild params from the seed
     # compared relative to the last two RL updates of the straight run (checkpoint STEPS - 2 -> STEPS)
-    _, before, _ = _state(tmp_path / "one", STEPS - 2)
+    _, before = _state(probe, tmp_path / "one", STEPS - 2)
     initial = before[:n_params]
     _assert_moved(initial, one[:n_params])
     one_rows = {r["step"]: r for r in read_jsonl(str(tmp_path / "one" / "metrics.jsonl")) if "grad_norm" in r}
     # the same steps in another float32 program (2 processes x 2 devices): grad_norm_rtol, relative
     np.testing.assert_allclose([r["grad_norm"] for r in rows], [one_rows[r["step"]]["grad_norm"] for r in rows],
-                               rtol=_grad_norm_rtol(tmp_path / "probe-rtol"), atol=0)
+                               rtol=_grad_norm_rtol(probe), atol=0)
     _assert_same_update(two[:n_params], one[:n_params], initial)

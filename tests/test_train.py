@@ -262,15 +262,16 @@ def run_straight_and_killed(tmp_path, extra, *, steps: int, kill_after: int) -> 
 
 def assert_same_final_state(tmp_path, extra, *, steps: int) -> None:
     """<tmp>/straight and <tmp>/killed end on a checkpoint at `steps` with bitwise equal params and optimizer
-    state, and the params moved from their initialisation."""
+    state, and the params moved from their initialisation. Both runs have one config, so one probe Trainer of it
+    gives the restore target and the initial params for both (a Trainer built compiles its programs)."""
     from grpo_jax.checkpoint import Checkpointer
 
+    tr = train.Trainer(tiny_config(*extra), str(tmp_path / "probe"), quiet=True)
+    initial = _leaves(tr.state.params)  # the params a resume that rebuilt them from the seed would have
+    target = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), tr.state)
     finals = []
     for name in ("straight", "killed"):
-        tr = train.Trainer(tiny_config(*extra), str(tmp_path / f"probe-{name}"), quiet=True)
-        initial = _leaves(tr.state.params)  # the params a resume that rebuilt them from the seed would have
         ck = Checkpointer(str(tmp_path / name / "checkpoints"))
-        target = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), tr.state)
         state, _, step = ck.restore(target)
         ck.close()
         assert step == steps
@@ -418,8 +419,15 @@ def _mesh_run(tmp_path, name, devices, *extra):
     return result
 
 
-def test_2x2x2_mesh_matches_single_device(tmp_path):
-    one = _mesh_run(tmp_path, "one", 1, "mesh.data=1")
+@pytest.fixture(scope="module")
+def one_device(tmp_path_factory):
+    """The one-device run (MESH_SCRIPT, 2 steps) that the mesh and multi-process runs are compared with: the same
+    subprocess for each of them, so it runs once per test process (a module's tests never change it)."""
+    return _mesh_run(tmp_path_factory.mktemp("one_device"), "one", 1, "mesh.data=1")
+
+
+def test_2x2x2_mesh_matches_single_device(tmp_path, one_device):
+    one = one_device
     many = _mesh_run(tmp_path, "many", 8, "mesh.data=2", "mesh.fsdp=2", "mesh.tensor=2")
     assert many["devices"] == 8 and "tensor" in many["spec"] and "fsdp" in many["spec"], many["spec"]
     for a, b in zip(many["initial"], one["initial"]):  # the same start, so the comparison below is of the updates
@@ -451,12 +459,12 @@ DIST_SCRIPT = textwrap.dedent("""
 """)
 
 
-def test_two_processes_with_jax_distributed_match_one_process(tmp_path):
+def test_two_processes_with_jax_distributed_match_one_process(tmp_path, one_device):
     """Two CPU processes x 2 devices (a stand-in for a pod) run 2 steps and agree with one process."""
     import socket
 
     items = TINY + SIGNAL + ["model.n_heads=4", "model.n_kv_heads=4", "model.head_dim=16", "model.d_model=64"]
-    one = _mesh_run(tmp_path, "one", 1, "mesh.data=1")
+    one = one_device
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
