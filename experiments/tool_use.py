@@ -50,7 +50,13 @@ SEEDS = (1201, 1202, 1203)  # fixed in PREREGISTERED.md before any of them ran
 TOOL = ("tool.enabled=true",)
 ARMS = {"tool": Arm(TOOL), "no_tool": Arm(()), "null": Arm(("sampling.key_offset=1",))}
 ARCHIVE_KEYS = ("eval/", "tool/", "reward/math/mean")
-METRICS = ("accuracy_final", "call_rate_final")
+# What differs from PREREGISTERED.md, printed in results.md: the confirmatory runs trained with the pre-registration
+# commit's code; results.md is written by --summarize-only at a later commit whose `summarize` finds the training
+# steps by a key the archived per-run files keep, so experiments/recompute.py can rebuild every column from them.
+DEVIATIONS = ("Deviation from the pre-registration: the runs trained with its commit's code (5d60d5a); this table "
+              "was written by --summarize-only at a later commit (results.json), whose summarize finds the training "
+              "steps by `reward/math/mean` (kept in the archived per-run files) instead of `loss` (not kept): the "
+              "same steps, the same figures.")
 
 
 def get_config(smoke: bool = False) -> TrainConfig:
@@ -106,7 +112,8 @@ def main(argv=None) -> dict:
              "Primary: accuracy_final, `tool` against `no_tool`: "
              + (", ".join(f"{a} {d}" for a, d in study["verdict"].items()) or "no comparison")
              + "; `tool` ahead on each seed: "
-             + (", ".join(f"{s} {'yes' if v else 'NO'}" for s, v in ahead.items()) or "no seed") + ".")
+             + (", ".join(f"{s} {'yes' if v else 'NO'}" for s, v in ahead.items()) or "no seed") + "."
+             + ("" if run.args.smoke else "\n\n" + DEVIATIONS))
     columns = ["accuracy_start", "accuracy_final", "no_tool_accuracy_start", "no_tool_accuracy_final",
                "call_rate_start", "call_rate_final", "train_call_rate", "train_calls_per_row", "train_error_rate"]
     write_study(out, study, title="Tool use: GRPO with a Python tool against GRPO without", columns=columns,
