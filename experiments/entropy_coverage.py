@@ -32,7 +32,6 @@ equivalence test at +-SESOI (`study.compare_seeds(sesoi=...)`), beside the `null
 
 from __future__ import annotations
 
-import os
 
 import numpy as np
 
@@ -40,7 +39,7 @@ from grpo_jax import presets
 from grpo_jax.cli import for_people
 from grpo_jax.config import TrainConfig, override
 from grpo_jax.reporting import plot_curves, plot_pass_at_k, write_study
-from grpo_jax.study import Arm, archive_runs, compare_seeds, launch, warm_start_note
+from grpo_jax.study import Arm, compare_seeds, launch, publish, warm_start_note
 from grpo_jax.tasks import get_task
 from grpo_jax.tasks.countdown import random_trace_pass_at_k
 
@@ -153,10 +152,7 @@ def main(argv=None) -> dict:
     write_study(out, study, title="Entropy collapse, second study: coverage that guessing cannot win", columns=columns,
                 plots=plots, notes=notes, seed_comparisons=[*comparisons, secondary],
                 seed_columns=["passk_final", "greedy_final", "cover_final", "solutions_final", "broken"])
-    sizes = archive_runs(out, os.path.join(out, "runs"), arms, study["seeds"], metric_keys=ARCHIVE_KEYS)
-    print(open(os.path.join(out, "results.md")).read())
-    print(f"per-run files for the repository: {os.path.join(out, 'runs')} ({len(sizes)} files, "
-          f"{sum(sizes.values()) / 1e6:.2f} MB); python experiments/recompute.py <its folder> recomputes results.md")
+    publish(out, arms, study["seeds"], metric_keys=ARCHIVE_KEYS)
     return study
 
 

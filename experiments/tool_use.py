@@ -26,13 +26,12 @@ accuracy with the tool and, for the `tool` arm, without it (the same policy deco
 
 from __future__ import annotations
 
-import os
 
 from grpo_jax import presets
 from grpo_jax.cli import for_people
 from grpo_jax.config import TrainConfig, override
 from grpo_jax.reporting import plot_curves, write_study
-from grpo_jax.study import Arm, archive_runs, compare_seeds, launch
+from grpo_jax.study import Arm, compare_seeds, launch, publish
 
 STEPS = 60
 PROMPTS = 16
@@ -119,10 +118,7 @@ def main(argv=None) -> dict:
     write_study(out, study, title="Tool use: GRPO with a Python tool against GRPO without", columns=columns,
                 plots=plots, notes=notes, seed_comparisons=[primary],
                 seed_columns=["accuracy_final", "no_tool_accuracy_final", "call_rate_final"])
-    sizes = archive_runs(out, os.path.join(out, "runs"), arms, study["seeds"], metric_keys=ARCHIVE_KEYS)
-    print(open(os.path.join(out, "results.md")).read())
-    print(f"per-run files for the repository: {os.path.join(out, 'runs')} ({len(sizes)} files, "
-          f"{sum(sizes.values()) / 1e6:.2f} MB); python experiments/recompute.py <its folder> recomputes results.md")
+    publish(out, arms, study["seeds"], metric_keys=ARCHIVE_KEYS)
     return study
 
 

@@ -486,6 +486,17 @@ def archive_runs(out: str, dest: str, arms, seeds, *, metric_keys: tuple[str, ..
 
 # ---- paired statistics between arms: per-problem results of the final evaluation (problems.jsonl) -------------
 
+def publish(out: str, arms, seeds, *, metric_keys: tuple[str, ...]) -> dict:
+    """The end of a study that commits its runs: the per-run files archived under `out`/runs (`archive_runs`),
+    results.md printed, and a line saying where the files are and how to recompute from them. Returns {path: bytes}."""
+    sizes = archive_runs(out, os.path.join(out, "runs"), arms, seeds, metric_keys=metric_keys)
+    with open(os.path.join(out, "results.md")) as f:
+        print(f.read())
+    print(f"per-run files for the repository: {os.path.join(out, 'runs')} ({len(sizes)} files, "
+          f"{sum(sizes.values()) / 1e6:.2f} MB); python experiments/recompute.py <its folder> recomputes results.md")
+    return sizes
+
+
 def problem_scores(run_dir: str, metric: str) -> np.ndarray | None:
     """[P] per-problem score of a run's final evaluation: "greedy" (0/1 correct) or "t1" (the fraction of the
     k samples at T = 1 that are correct); None when the run logged no such evaluation."""
