@@ -184,7 +184,7 @@ class _Row:
     stop: str | None = None  # set when the host ends the row ("max_turns")
 
 
-def _answer_waiting(host: dict, rows: list[_Row], tokenizer, tool: ToolConfig, pool: SandboxPool, pad_id: int):
+def _answer_waiting(host: dict, rows: list[_Row], tokenizer, tool: ToolConfig, pool: SandboxPool):
     """Read, run and format the calls of the waiting rows: (rows to end, {row: forced ids}, rows to resume)."""
     t_max = host["tokens"].shape[1]
     end, resume, calls = [], [], {}
@@ -299,7 +299,7 @@ def sample_with_tools(cfg: ModelConfig, params, prompt_tokens, prompt_mask, *, k
                                "end_index": state.cache["end_index"]})
         if not np.any(host["waiting"] & ~host["done"]) and (np.all(host["done"]) or host["end_index"] >= width):
             break
-        state = _resumed(state, *_answer_waiting(host, rows, tokenizer, tool, pool, pad_id), pad_id=pad_id)
+        state = _resumed(state, *_answer_waiting(host, rows, tokenizer, tool, pool), pad_id=pad_id)
         if host["end_index"] >= width:
             break
     return _finish(state, rows, tokenizer, b, group_size, eos_ids, tokens, mask)

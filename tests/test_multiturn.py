@@ -239,3 +239,25 @@ def test_shared_identical_calls_run_once_and_give_the_same_rows(taught, monkeypa
     # the rows' seconds add up to the runs' (each a float64 sum of the same k terms in another order: k roundings)
     total, want = sum(c.stats.seconds for c in shared_convs), sum(r.seconds for r in results)
     assert want > 0 and abs(total - want) <= 2 * len(results) * EPS64 * want
+
+
+def test_chat_template_markers_of_a_hugging_face_tokenizer_are_watched_as_their_ids(tmp_path):
+    """A Hugging Face tokenizer whose template has tool-call tags as added tokens (Qwen2.5's `<tool_call>`): the
+    configured close marker is the one id the loop watches, and a marker it has no token for is watched as the
+    ids it encodes to."""
+    tokenizers = pytest.importorskip("tokenizers")
+    transformers = pytest.importorskip("transformers")
+    from grpo_jax.tokenizer import HFTokenizer
+
+    vocab = {"[PAD]": 0, "[EOS]": 1, "[UNK]": 2, "print": 3, "done": 4}
+    core = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab, unk_token="[UNK]"))
+    core.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
+    fast = transformers.PreTrainedTokenizerFast(tokenizer_object=core, pad_token="[PAD]", eos_token="[EOS]",
+                                                unk_token="[UNK]")
+    fast.add_tokens(["<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>"])
+    fast.save_pretrained(tmp_path)
+    tok = HFTokenizer(tmp_path)
+    tags = ToolConfig(call_open="<tool_call>", call_close="</tool_call>", output_open="<tool_response>",
+                      output_close="</tool_response>")
+    assert multiturn.close_marker_ids(tok, tags) == (fast.convert_tokens_to_ids("</tool_call>"),)
+    assert multiturn.close_marker_ids(tok, ToolConfig(call_close="done print")) == (4, 3)
