@@ -4,6 +4,7 @@
     python experiments/reward_ties_gate.py --smoke  # seconds; what the tests run
     python experiments/reward_ties_gate.py --target-accuracy 0.15 --out experiments/results/reward_ties/gate_weak \
         --runs runs/reward_ties_gate_weak             # the second round: a weaker warm start, the same rule
+    python experiments/reward_ties_gate.py --round 3 --out experiments/results/reward_ties/gate_mul  # third round
 
 Setting (the reward-ties study's): Countdown with 3 numbers in 1..50 and at least two solutions per problem, a
 supervised warm start to 30% greedy validation accuracy, and two binary rewards at weight 1: `countdown` (the answer
@@ -17,6 +18,11 @@ measures. The candidate styles (STYLES), in the order they joined the gate:
   no budget passed (GATE.md keeps that table).
 - `countdown_ops` with ops OPS: the answer, over exactly the given numbers, uses only those operators. Any attempt
   can; a correct answer only where the problem has a solution in them. Added after the brevity budgets failed.
+- `countdown_ops` with uses `*` (any operators, at least one multiplication): the answer multiplies. Any attempt
+  can; a correct answer only where the problem has a solution with a product, and both earlier rounds measured
+  that the warm start's correct answers almost all use only + and -, while many of its attempts multiply: the
+  shape the first two rounds' conclusion asked for (a style near half of all attempts that correct answers mostly
+  lack). Added after the second round failed.
 
 Measured on the warm start of GATE_SEED (an exploration seed, not one of the study's), SAMPLES completions at T = 1 for
 each of PROBLEMS training problems (split into groups of GROUP, as GRPO sees them), for each candidate style:
@@ -39,7 +45,9 @@ stops there (a finished result of its own).
 
 The second round (`--target-accuracy 0.15`, after every candidate failed at the 30% warm start): the supervised
 warm start stops at the first validation check at or above 15% greedy accuracy, so that correctness at T = 1 is
-rarer. GDPO breaks a correct-without-style / wrong-with-style tie for the correct completion when correctness
+rarer. The third round adds the multiplication candidate and measures all candidates on the preset's 30% warm start
+first (`gate_mul/`); only if none passes there, on the 15% warm start as well; the study takes the first warm start
+where a candidate passes. GDPO breaks a correct-without-style / wrong-with-style tie for the correct completion when correctness
 is further from half its group than the style is: a rarer correctness makes that hold for styles near one half
 (brevity at the looser budgets). The candidates and the rule are the same. Written: gate.json (every figure, the rule's verdict, provenance) and
 GATE.md.
@@ -70,7 +78,8 @@ GROUP = 16
 BUDGETS = (29, 30, 31, 32)
 OPS = ("+*", "+-", "-*")
 STYLES = {**{f"length_budget<={b}": ("length_budget", {"budget": b}) for b in BUDGETS},
-          **{f"countdown_ops={ops}": ("countdown_ops", {"ops": ops}) for ops in OPS}}
+          **{f"countdown_ops={ops}": ("countdown_ops", {"ops": ops}) for ops in OPS},
+          "countdown_ops uses *": ("countdown_ops", {"ops": "+-*/", "uses": "*"})}
 STEPS = 100
 SIM_SEEDS = (0, 1, 2, 3, 4)
 CALIBRATION_GAIN = 0.224  # experiments/results/reward_collapse: grpo's pass1_t1 0.200 -> 0.424, mean of 8 seeds
@@ -81,6 +90,9 @@ HISTORY = ("The `length_budget` rows were first measured alone, at commit ada41a
 HISTORY_WEAK = ("The second round: every candidate had failed on the 30% warm start (`../gate/`), so the same "
                 "candidates and rule were measured on a weaker warm start of the same seed, the supervised warm start "
                 "stopping at its first validation check at or above 15%.")
+HISTORY_MUL = ("The third round: both earlier rounds failed (`../gate/`, `../gate_weak/`); the `countdown_ops uses *` "
+               "candidate (the answer multiplies) was added and every candidate measured again on the 30% warm start "
+               "under the same rule (the earlier candidates' rows repeat the first round's measurement).")
 
 
 def conditioned(classes_CxK: np.ndarray) -> np.ndarray:
@@ -183,6 +195,8 @@ def main(argv=None) -> dict:
     ap.add_argument("--smoke", action="store_true", help="a tiny warm start and sample: seconds")
     ap.add_argument("--target-accuracy", type=float, default=None,
                     help="the warm start's greedy validation target (default: the preset's 0.30)")
+    ap.add_argument("--round", type=int, choices=(1, 2, 3), default=None,
+                    help="the round whose history GATE.md states (default 2 with --target-accuracy, else 1)")
     args = ap.parse_args(argv)
     problems, samples, steps = (8, 32, 5) if args.smoke else (PROBLEMS, SAMPLES, STEPS)
     cfg = override(presets.countdown_study(args.smoke, steps=STEPS, eval_every=STEPS, n_eval=8, eval_samples=0),
@@ -203,7 +217,7 @@ def main(argv=None) -> dict:
               "target_accuracy": args.target_accuracy or presets.countdown_sft(args.smoke)["target_accuracy"],
               "length_mean": float(lengths.mean()), "styles": measured, "chosen_style": chosen,
               "spec": dict(zip(("name", "kwargs"), STYLES[chosen])) if chosen else None,
-              "history": HISTORY_WEAK if args.target_accuracy else HISTORY,
+              "history": {1: HISTORY, 2: HISTORY_WEAK, 3: HISTORY_MUL}[args.round or (2 if args.target_accuracy else 1)],
               "provenance": result_provenance()}
     os.makedirs(args.out, exist_ok=True)
     atomic_write_text(os.path.join(args.out, "gate.json"), json.dumps(result, indent=1, sort_keys=True))

@@ -550,10 +550,28 @@ def test_countdown_ops_judges_the_operators_of_an_expression_over_the_numbers(an
     assert (result.score, result.info["reason"]) == (score, reason)
 
 
+@pytest.mark.parametrize("answer, uses, score, reason", [
+    ("(5*3)+8", "*", 1.0, "ok"),            # correct, and it multiplies
+    ("(5+3)*8", "*", 1.0, "ok"),            # wrong value (64): style only
+    ("(5+3)+8", "*", 0.0, "missing_operator"),  # the right numbers, no multiplication
+    ("(8-3)*5", "*-", 1.0, "ok"),           # every operator of uses appears
+    ("(8-3)+5", "*-", 0.0, "missing_operator"),
+    ("(5*3)*3", "*", 0.0, "wrong_numbers"),  # the numbers are judged first
+])
+def test_countdown_ops_uses_asks_for_operators_the_answer_must_contain(answer, uses, score, reason):
+    result = countdown_ops_reward(f"<think></think><answer>{answer}</answer>", SAMPLE, ops="+-*/", uses=uses)
+    assert (result.score, result.info["reason"]) == (score, reason)
+
+
 def test_countdown_ops_refuses_a_bad_operator_set():
     for ops in ("", "+^", 3):
         with pytest.raises(RewardInputError, match="countdown_ops: ops"):
             countdown_ops_reward("<answer>(5*3)+8</answer>", SAMPLE, ops=ops)
+    for uses in ("^", None):
+        with pytest.raises(RewardInputError, match="countdown_ops: uses"):
+            countdown_ops_reward("<answer>(5*3)+8</answer>", SAMPLE, ops="+-*/", uses=uses)
+    with pytest.raises(RewardInputError, match="ops '\\+\\*' excludes"):
+        countdown_ops_reward("<answer>(5*3)+8</answer>", SAMPLE, ops="+*", uses="-")
     assert countdown_ops_reward("<think>5*3=15</think>", SAMPLE).info["reason"] == "no_answer"
 
 

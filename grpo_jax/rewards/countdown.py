@@ -7,7 +7,8 @@
   final value;
 - `countdown_ops`: the answer is an expression over exactly the sample's numbers using only the operators of
   `ops` (default + and *), whatever its value: a style that any attempt can meet and a correct answer only
-  where the problem has a solution in those operators.
+  where the problem has a solution in those operators; with `uses`, the answer must also use those operators
+  (`uses="*"`: it multiplies).
 At equal weight their sum ties different failures (a valid trace with a right-numbers wrong-value
 answer and a correct answer after a broken trace both score 2): that is what a multi-reward
 advantage estimator has to tell apart, and why they are separate dimensions.
@@ -227,14 +228,17 @@ def operators(node: Node) -> set[str]:
     return {op} | operators(left) | operators(right)
 
 
-def check_operators(text: str, numbers: Sequence[int], ops: str) -> str:
-    """'ok' when `text` is an expression over exactly `numbers` whose operators are all in `ops`, else the reason
-    (`check_numbers`'s, or 'other_operator')."""
+def check_operators(text: str, numbers: Sequence[int], ops: str, uses: str = "") -> str:
+    """'ok' when `text` is an expression over exactly `numbers` whose operators are all in `ops` and include every
+    operator of `uses`, else the reason (`check_numbers`'s, 'other_operator' or 'missing_operator')."""
     try:
         tree = _tree_over(text, numbers)
     except _Reject as e:
         return e.reason
-    return "ok" if operators(tree) <= set(ops) else "other_operator"
+    found = operators(tree)
+    if not found <= set(ops):
+        return "other_operator"
+    return "ok" if set(uses) <= found else "missing_operator"
 
 
 def _chain(node: Node, op: str) -> list[Node]:
@@ -382,13 +386,19 @@ def countdown_steps_reward(
 
 @reward("countdown_ops", COUNTDOWN_OPS_VERSION)
 def countdown_ops_reward(
-    response: str, sample: Mapping[str, Any], *, ops: str = "+*", think_tag: str = "think", answer_tag: str = "answer"
+    response: str, sample: Mapping[str, Any], *, ops: str = "+*", uses: str = "", think_tag: str = "think",
+    answer_tag: str = "answer",
 ) -> RewardResult:
     """1 if the answer is an expression over exactly `sample["numbers"]` that uses only the operators in `ops`
-    (default "+*": no subtraction or division), whatever its value, else 0 with `info["reason"]`: no_answer, the
-    reasons of `countdown_numbers`, other_operator. A style dimension: any attempt can meet it, a correct answer
-    only on the problems that have a solution in those operators."""
-    if not isinstance(ops, str) or not ops or set(ops) - set("+-*/"):
-        raise RewardInputError(f"countdown_ops: ops must be a non-empty string of + - * /, got {ops!r}")
+    (default "+*": no subtraction or division) and each operator in `uses` at least once (default none), whatever
+    its value, else 0 with `info["reason"]`: no_answer, the reasons of `countdown_numbers`, other_operator,
+    missing_operator. A style dimension: any attempt can meet it, a correct answer only on the problems that have a
+    solution of that shape (`ops="+-*/", uses="*"`: the answer multiplies)."""
+    for name, value, empty_ok in (("ops", ops, False), ("uses", uses, True)):
+        if not isinstance(value, str) or (not value and not empty_ok) or set(value) - set("+-*/"):
+            raise RewardInputError(f"countdown_ops: {name} must be a {'' if empty_ok else 'non-empty '}string of "
+                                   f"+ - * /, got {value!r}")
+    if set(uses) - set(ops):
+        raise RewardInputError(f"countdown_ops: uses {uses!r} names an operator that ops {ops!r} excludes")
     return _judged(response, sample, think_tag, answer_tag,
-                   lambda a, numbers, _: check_operators(a, numbers, ops), "ok")
+                   lambda a, numbers, _: check_operators(a, numbers, ops, uses), "ok")
