@@ -91,8 +91,9 @@ HISTORY_WEAK = ("The second round: every candidate had failed on the 30% warm st
                 "candidates and rule were measured on a weaker warm start of the same seed, the supervised warm start "
                 "stopping at its first validation check at or above 15%.")
 HISTORY_MUL = ("The third round: both earlier rounds failed (`../gate/`, `../gate_weak/`); the `countdown_ops uses *` "
-               "candidate (the answer multiplies) was added and every candidate measured again on the 30% warm start "
-               "under the same rule (the earlier candidates' rows repeat the first round's measurement).")
+               "candidate (the answer multiplies) was added and every candidate measured again under the same rule, on the "
+               "30% warm start (`../gate_mul/`) and then on the 15% one (`../gate_mul_weak/`); the earlier candidates' "
+               "rows repeat the earlier rounds' measurements to the last digit (both warm starts were retrained).")
 
 
 def conditioned(classes_CxK: np.ndarray) -> np.ndarray:
