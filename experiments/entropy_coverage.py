@@ -39,7 +39,7 @@ from grpo_jax import presets
 from grpo_jax.cli import for_people
 from grpo_jax.config import TrainConfig, override
 from grpo_jax.reporting import plot_curves, plot_pass_at_k, write_study
-from grpo_jax.study import Arm, compare_seeds, launch, publish, warm_start_note
+from grpo_jax.study import Arm, compare_seeds, launch, publish, warm_start_note, without_broken
 from grpo_jax.tasks import get_task
 from grpo_jax.tasks.countdown import random_trace_pass_at_k
 
@@ -103,12 +103,6 @@ def guesser(cfg: TrainConfig, seeds) -> dict:
         out[s] = {f"pass@{k}": float(np.mean([random_trace_pass_at_k(r["numbers"], r["target"], k) for r in rows]))
                   for k in (K, EVAL_SAMPLES)}
     return out
-
-
-def without_broken(results: dict) -> dict:
-    """The results with every seed where any arm broke left out (the secondary analysis)."""
-    broken = {r["seed"] for runs in results.values() for r in runs if r.get("broken")}
-    return {a: [r for r in runs if r["seed"] not in broken] for a, runs in results.items()}
 
 
 @for_people

@@ -225,12 +225,12 @@ def run_jobs(jobs: list[list[list[str]]], log_dir: str) -> float:
     return time.perf_counter() - start
 
 
-def warm_start_note(warm_seed: int | None) -> str:
-    """How the arms' starting policy was made, for the results' notes."""
+def warm_start_note(warm_seed: int | None, accuracy: float = 0.30) -> str:
+    """How the arms' starting policy was made (to `accuracy` greedy validation accuracy), for the results' notes."""
     if warm_seed is None:
-        return "warm start to 30% validation accuracy per seed (shared by the arms of a seed)"
-    return (f"one warm start to 30% validation accuracy (seed {warm_seed}) shared by every seed and arm, so seeds "
-            "vary the RL alone (sampling, data order, held-out rows)")
+        return f"warm start to {accuracy:.0%} validation accuracy per seed (shared by the arms of a seed)"
+    return (f"one warm start to {accuracy:.0%} validation accuracy (seed {warm_seed}) shared by every seed and arm, so "
+            "seeds vary the RL alone (sampling, data order, held-out rows)")
 
 
 def _collect_finished(base: TrainConfig, arms, seeds, out: str, summarize, warm_seed: int | None) -> dict:
@@ -594,6 +594,12 @@ def _decide(comparison: dict, sesoi: float, alpha: float) -> None:
                          "loss" if adj < alpha and diff < -floor else
                          "equivalent" if e["tost"]["equivalent"] else "inconclusive")
     comparison.update(sesoi=sesoi, holm_family=len(entries))
+
+
+def without_broken(results: dict) -> dict:
+    """The results with every seed where any arm's summary says `broken` left out (a study's secondary analysis)."""
+    broken = {r["seed"] for runs in results.values() for r in runs if r.get("broken")}
+    return {a: [r for r in runs if r["seed"] not in broken] for a, runs in results.items()}
 
 
 def last_mean(rows: list[dict], key: str, n: int | None = 20) -> float:

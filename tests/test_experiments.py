@@ -14,6 +14,7 @@ import pytest
 
 from grpo_jax import presets
 from grpo_jax.cli import load_config
+from grpo_jax.config import override
 from grpo_jax.tasks import get_task
 from grpo_jax.assemble import assemble
 from tests.launchers import load_launcher
@@ -383,3 +384,28 @@ def test_tool_use_study_smoke_reports_tool_figures_and_recomputes(tmp_path):
     same = subprocess.run([sys.executable, "experiments/recompute.py", str(out)], cwd=ROOT, capture_output=True,
                           text=True, timeout=900)
     assert same.returncode == 0 and "all equal" in same.stdout, same.stdout[-2000:] + same.stderr[-2000:]
+
+
+def test_reward_ties_arms_differ_only_where_they_should_and_summaries_flag_broken_runs():
+    """The reward-ties study's arms: every one builds a valid config; `conditioned` gates brevity on correctness and
+    nothing else; the full-scale config has groups of 16 and 2,000 held-out problems; `summarize` reads the start and
+    the end, and calls a run broken when its final accuracy is under half its start (0.1 < 0.5 * 0.3 here)."""
+    rt = load_launcher("reward_ties")
+    cfg = rt.get_config()
+    assert (cfg.sampling.group_size, cfg.prompts_per_step, cfg.task.n_eval) == (16, 16, 2000)
+    specs = {s["name"]: s for s in json.loads(rt.rewards())}
+    assert set(specs) == {"countdown", "length_budget"} and specs["length_budget"]["kwargs"] == {"budget": rt.BUDGET}
+    gated = {s["name"]: s for s in json.loads(rt.rewards(conditioned=True))}
+    assert gated["length_budget"].get("when") == "countdown" and "when" not in gated["countdown"]
+    for arm in rt.ARMS.values():
+        arm_cfg = override(cfg, list(arm.overrides))
+        assert arm_cfg.sampling.group_size == 16
+    rows = [{"step": 0, "eval/accuracy": 0.3, "eval/satisfied/length_budget": 0.5, "eval/satisfied_all": 0.1},
+            {"step": 1, "collapse/ratio": 1.5, "reward/countdown/adv_corr_within": 0.6,
+             "reward/length_budget/adv_corr_within": 0.7, "reward/countdown/zero_var_frac_per_dim": 0.25,
+             "reward/length_budget/zero_var_frac_per_dim": 0.5},
+            {"step": 100, "eval/accuracy": 0.1, "eval/satisfied/length_budget": 0.9, "eval/satisfied_all": 0.05}]
+    s = rt.summarize(rows)
+    assert (s["accuracy_start"], s["accuracy_final"], s["style_final"], s["joint_final"]) == (0.3, 0.1, 0.9, 0.05)
+    assert s["broken"] and s["varies_countdown"] == 0.75 and s["collapse_ratio"] == 1.5
+    assert not rt.summarize([rows[0], rows[1], {**rows[2], "eval/accuracy": 0.2}])["broken"]  # 0.2 >= 0.15
