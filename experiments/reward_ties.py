@@ -55,8 +55,8 @@ SESOI = 0.02  # 2 points of held-out accuracy: the gate's smallest effect of int
 BROKEN_FRAC = 0.5
 PRIMARY = ("gdpo", "per_dim", "conditioned")
 SEEDS = tuple(range(1301, 1313))  # fixed in PREREGISTERED.md before any of them ran
-ARCHIVE_KEYS = ("eval/", "collapse/ratio", *(f"reward/{d}/{k}" for d in DIMS
-                                              for k in ("adv_corr_within", "zero_var_frac_per_dim")))
+ARCHIVE_KEYS = ("eval/", "collapse/ratio", "length/mean", "grad_norm",
+                *(f"reward/{d}/{k}" for d in DIMS for k in ("adv_corr_within", "zero_var_frac_per_dim", "mean")))
 METRICS = ("accuracy_final", "style_final", "joint_final")
 
 
@@ -76,7 +76,8 @@ def arms(budget: int) -> dict:
 
 
 ARMS, SMOKE_ARMS = arms(BUDGET), arms(SMOKE_BUDGET)
-WARM, SMOKE_WARM = ({**w, "target_accuracy": WARM_ACCURACY} for w in (presets.COUNTDOWN_SFT, presets.COUNTDOWN_SFT_SMOKE))
+WARM, SMOKE_WARM = ({**w, "target_accuracy": WARM_ACCURACY}
+                    for w in (presets.COUNTDOWN_SFT, presets.COUNTDOWN_SFT_SMOKE))
 
 
 def get_config(smoke: bool = False) -> TrainConfig:
@@ -102,6 +103,10 @@ def summarize(rows: list[dict]) -> dict:
         out[f"corr_within_{d}"] = last_mean(train, f"reward/{d}/adv_corr_within", None)
         out[f"varies_{d}"] = 1.0 - last_mean(train, f"reward/{d}/zero_var_frac_per_dim", None)
     out["broken"] = bool(out["accuracy_final"] < BROKEN_FRAC * out["accuracy_start"])
+    # descriptive, added after the runs (not pre-registered): how a run lost correctness in training
+    out["correct_train_last"] = last_mean(train, "reward/countdown/mean", 10)
+    out["length_train_last"] = last_mean(train, "length/mean", 10)
+    out["no_signal_steps"] = sum(1 for r in train if r.get("grad_norm", 1.0) == 0.0)
     return out
 
 
@@ -121,17 +126,20 @@ def main(argv=None) -> dict:
     study["broken"] = {a: [r["seed"] for r in runs if r["broken"]] for a, runs in study["results"].items()}
     primary = comparisons[0]["arms"]
     study["verdict"] = {a: primary[a]["decision"] for a in PRIMARY if a in primary}
-    study["settings"] = {"steps": cfg.steps, "budget": BUDGET, "warm_accuracy": WARM_ACCURACY, "sesoi": SESOI, "broken_frac": BROKEN_FRAC,
-                         "primary": list(PRIMARY), "n_eval": cfg.task.n_eval}
+    study["settings"] = {"steps": cfg.steps, "budget": BUDGET, "warm_accuracy": WARM_ACCURACY, "sesoi": SESOI,
+                         "broken_frac": BROKEN_FRAC, "primary": list(PRIMARY), "n_eval": cfg.task.n_eval}
     plots = [plot_curves(out, arms, "eval/accuracy", "held-out greedy accuracy", "accuracy"),
              plot_curves(out, arms, "collapse/ratio", "collapse ratio (rollouts)", "collapse_ratio")]
     plots += [plot_curves(out, arms, f"reward/{d}/adv_corr_within", f"within-group corr({d}, A)", f"corr_{d}")
               for d in DIMS]
-    notes = (f"Countdown, {warm_start_note(run.warm_seed, WARM_ACCURACY)}; {cfg.steps} GRPO steps at T = 1; rewards `countdown` and "
-             f"`length_budget` at {SMOKE_BUDGET if run.args.smoke else BUDGET} tokens, weight 1 each, {cfg.prompts_per_step} prompts x "
-             f"{cfg.sampling.group_size} samples a step. Greedy figures on {cfg.task.n_eval} "
-             "held-out problems per seed; brevity (`style`) in `conditioned` pays only on a correct answer in training, and is "
-             "scored the same way there in evaluation.\n\n"
+    plots += [plot_curves(out, arms, "reward/countdown/mean", "correct completions in training (T = 1)",
+                          "correct_train"),
+              plot_curves(out, arms, "length/mean", "completion length in training (tokens)", "length_train")]
+    notes = (f"Countdown, {warm_start_note(run.warm_seed, WARM_ACCURACY)}; {cfg.steps} GRPO steps at T = 1; rewards "
+             f"`countdown` and `length_budget` at {SMOKE_BUDGET if run.args.smoke else BUDGET} tokens, weight 1 each, "
+             f"{cfg.prompts_per_step} prompts x {cfg.sampling.group_size} samples a step. Greedy figures on "
+             f"{cfg.task.n_eval} held-out problems per seed; brevity (`style`) in `conditioned` pays only on a correct "
+             "answer in training, and is scored the same way there in evaluation.\n\n"
              "Primary: accuracy_final, each fix against `grpo`: "
              + ", ".join(f"{a} {d}" for a, d in study["verdict"].items())
              + f". Broken runs (final greedy < {BROKEN_FRAC} x start): "
@@ -142,7 +150,8 @@ def main(argv=None) -> dict:
                *(f"corr_within_{d}" for d in DIMS)]
     write_study(out, study, title="Reward collapse, second study: ties that GDPO breaks", columns=columns,
                 plots=plots, notes=notes, seed_comparisons=[*comparisons, secondary],
-                seed_columns=["accuracy_start", "accuracy_final", "style_final", "joint_final", "broken"])
+                seed_columns=["accuracy_start", "accuracy_final", "style_final", "joint_final", "broken",
+                              "correct_train_last", "length_train_last", "no_signal_steps"])
     publish(out, arms, study["seeds"], metric_keys=ARCHIVE_KEYS)
     return study
 

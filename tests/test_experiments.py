@@ -408,4 +408,6 @@ def test_reward_ties_arms_differ_only_where_they_should_and_summaries_flag_broke
     s = rt.summarize(rows)
     assert (s["accuracy_start"], s["accuracy_final"], s["style_final"], s["joint_final"]) == (0.3, 0.1, 0.9, 0.05)
     assert s["broken"] and s["varies_countdown"] == 0.75 and s["collapse_ratio"] == 1.5
+    assert s["no_signal_steps"] == 0  # a step without grad_norm is not counted as one without signal
+    assert rt.summarize([rows[0], {**rows[1], "grad_norm": 0.0}, rows[2]])["no_signal_steps"] == 1
     assert not rt.summarize([rows[0], rows[1], {**rows[2], "eval/accuracy": 0.2}])["broken"]  # 0.2 >= 0.15
