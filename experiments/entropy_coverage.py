@@ -39,7 +39,7 @@ from grpo_jax import presets
 from grpo_jax.cli import for_people
 from grpo_jax.config import TrainConfig, override
 from grpo_jax.reporting import plot_curves, plot_pass_at_k, write_study
-from grpo_jax.study import Arm, compare_seeds, launch, publish, warm_start_note, without_broken
+from grpo_jax.study import Arm, launch, preregistered_comparisons, publish, warm_start_note
 from grpo_jax.tasks import get_task
 from grpo_jax.tasks.countdown import random_trace_pass_at_k
 
@@ -111,17 +111,9 @@ def main(argv=None) -> dict:
                  summarize=summarize, warm=presets.COUNTDOWN_SFT, smoke_warm=presets.COUNTDOWN_SFT_SMOKE,
                  warm_seed_default=-1, default_seeds=SEEDS)
     cfg, out, arms, study = run.cfg, run.out, run.arms, run.study
-    others = [a for a in arms if a not in ("none", "null")]
-    compare = lambda results, metric: compare_seeds(results, baseline="none", metric=metric, null="null",  # noqa: E731
-                                                    arms=others, sesoi=SESOI)
-    comparisons = [compare(study["results"], m) for m in METRICS]
-    secondary = {**compare(without_broken(study["results"]), "passk_final"),
-                 "metric": "passk_final, the seeds of broken runs left out"}
-    study["secondary_without_broken"] = secondary
+    comparisons = preregistered_comparisons(study, baseline="none", metrics=METRICS, primary=PRIMARY, sesoi=SESOI)
+    secondary = study["secondary_without_broken"]
     study["guesser"] = guesser(cfg, study["seeds"])
-    study["broken"] = {a: [r["seed"] for r in runs if r["broken"]] for a, runs in study["results"].items()}
-    primary = comparisons[0]["arms"]
-    study["verdict"] = {a: primary[a]["decision"] for a in PRIMARY if a in primary}
     study["settings"] = {"lr": LR, "minibatches": MINIBATCHES, "steps": cfg.steps, "k": K, "sesoi": SESOI,
                          "broken_frac": BROKEN_FRAC, "beta_kl": BETA_KL, "w_reinforce": W_REINFORCE,
                          "primary": list(PRIMARY), "n_eval": cfg.task.n_eval, "eval_samples": cfg.logging.eval_samples}
@@ -144,7 +136,7 @@ def main(argv=None) -> dict:
     columns = ["passk_start", "passk_final", "pass1_final", "pass16_final", "cover_final", "solutions_final",
                "strings_final", "greedy_start", "greedy_final", "entropy_first", "entropy_final"]
     write_study(out, study, title="Entropy collapse, second study: coverage that guessing cannot win", columns=columns,
-                plots=plots, notes=notes, seed_comparisons=[*comparisons, secondary],
+                plots=plots, notes=notes, seed_comparisons=comparisons,
                 seed_columns=["passk_final", "greedy_final", "cover_final", "solutions_final", "broken"])
     publish(out, arms, study["seeds"], metric_keys=ARCHIVE_KEYS)
     return study

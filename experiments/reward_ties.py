@@ -40,7 +40,7 @@ from grpo_jax import presets
 from grpo_jax.cli import for_people
 from grpo_jax.config import TrainConfig, override
 from grpo_jax.reporting import plot_curves, write_study
-from grpo_jax.study import Arm, compare_seeds, last_mean, launch, publish, warm_start_note, without_broken
+from grpo_jax.study import Arm, last_mean, launch, preregistered_comparisons, publish, warm_start_note
 
 STEPS = 100
 EVAL_EVERY = 100  # greedy at the start and the end only
@@ -116,16 +116,8 @@ def main(argv=None) -> dict:
                  default_out="runs/reward_ties", summarize=summarize, warm=WARM, smoke_warm=SMOKE_WARM,
                  warm_seed_default=-1, default_seeds=SEEDS)
     cfg, out, arms, study = run.cfg, run.out, run.arms, run.study
-    others = [a for a in arms if a not in ("grpo", "null")]
-    compare = lambda results, metric: compare_seeds(results, baseline="grpo", metric=metric, null="null",  # noqa: E731
-                                                    arms=others, sesoi=SESOI)
-    comparisons = [compare(study["results"], m) for m in METRICS]
-    secondary = {**compare(without_broken(study["results"]), "accuracy_final"),
-                 "metric": "accuracy_final, the seeds of broken runs left out"}
-    study["secondary_without_broken"] = secondary
-    study["broken"] = {a: [r["seed"] for r in runs if r["broken"]] for a, runs in study["results"].items()}
-    primary = comparisons[0]["arms"]
-    study["verdict"] = {a: primary[a]["decision"] for a in PRIMARY if a in primary}
+    comparisons = preregistered_comparisons(study, baseline="grpo", metrics=METRICS, primary=PRIMARY, sesoi=SESOI)
+    secondary = study["secondary_without_broken"]
     study["settings"] = {"steps": cfg.steps, "budget": BUDGET, "warm_accuracy": WARM_ACCURACY, "sesoi": SESOI,
                          "broken_frac": BROKEN_FRAC, "primary": list(PRIMARY), "n_eval": cfg.task.n_eval}
     plots = [plot_curves(out, arms, "eval/accuracy", "held-out greedy accuracy", "accuracy"),
@@ -149,7 +141,7 @@ def main(argv=None) -> dict:
     columns = ["accuracy_start", "accuracy_final", "style_start", "style_final", "joint_final", "collapse_ratio",
                *(f"corr_within_{d}" for d in DIMS)]
     write_study(out, study, title="Reward collapse, second study: ties that GDPO breaks", columns=columns,
-                plots=plots, notes=notes, seed_comparisons=[*comparisons, secondary],
+                plots=plots, notes=notes, seed_comparisons=comparisons,
                 seed_columns=["accuracy_start", "accuracy_final", "style_final", "joint_final", "broken",
                               "correct_train_last", "length_train_last", "no_signal_steps"])
     publish(out, arms, study["seeds"], metric_keys=ARCHIVE_KEYS)

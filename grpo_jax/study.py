@@ -596,6 +596,28 @@ def _decide(comparison: dict, sesoi: float, alpha: float) -> None:
     comparison.update(sesoi=sesoi, holm_family=len(entries))
 
 
+def preregistered_comparisons(study: dict, *, baseline: str, metrics, primary, sesoi: float,
+                              null: str = "null") -> list[dict]:
+    """A pre-registered study's analysis, the same in every study that fixes these rules in advance: each of
+    `metrics` compared with `baseline` over seeds (`compare_seeds` with the `null` arm's floor, Holm and TOST at
+    `sesoi`; every arm but the baseline and the null), then the first metric again without the seeds where any
+    arm's run is `broken` (the secondary analysis). Writes study["broken"] (arm -> seeds), study["verdict"] (each
+    `primary` arm's decision on the first metric) and study["secondary_without_broken"]; returns the comparisons,
+    the secondary last."""
+    results = study["results"]
+    others = [a for a in results if a not in (baseline, null)]
+    compare = lambda res, metric: compare_seeds(res, baseline=baseline, metric=metric, null=null,  # noqa: E731
+                                                arms=others, sesoi=sesoi)
+    comparisons = [compare(results, m) for m in metrics]
+    secondary = {**compare(without_broken(results), metrics[0]),
+                 "metric": f"{metrics[0]}, the seeds of broken runs left out"}
+    study["secondary_without_broken"] = secondary
+    study["broken"] = {a: [r["seed"] for r in runs if r.get("broken")] for a, runs in results.items()}
+    first = comparisons[0]["arms"]
+    study["verdict"] = {a: first[a]["decision"] for a in primary if a in first}
+    return [*comparisons, secondary]
+
+
 def without_broken(results: dict) -> dict:
     """The results with every seed where any arm's summary says `broken` left out (a study's secondary analysis)."""
     broken = {r["seed"] for runs in results.values() for r in runs if r.get("broken")}
