@@ -60,6 +60,13 @@ ARCHIVE_KEYS = ("eval/", "collapse/ratio", "length/mean", "grad_norm",
 METRICS = ("accuracy_final", "style_final", "joint_final")
 
 
+DEVIATIONS = ("Deviation from the pre-registration: the runs trained with its commit's code (ee74274); this report was "
+              "written by --summarize-only at a later commit (results.json), which adds descriptive columns that were "
+              "not pre-registered (correct_train_last, length_train_last: training means over the last 10 steps; "
+              "no_signal_steps: steps with grad_norm 0) and archives the metrics they read; every pre-registered "
+              "figure is computed as at ee74274.")
+
+
 def rewards(budget: int = BUDGET, *, conditioned: bool = False) -> str:
     """The study's reward specs as JSON: correctness and brevity at `budget` tokens, weight 1 each; with
     `conditioned`, brevity pays only when the answer is correct."""
@@ -137,7 +144,8 @@ def main(argv=None) -> dict:
              + f". Broken runs (final greedy < {BROKEN_FRAC} x start): "
              + (", ".join(f"{a} {s}" for a, s in study["broken"].items() if s) or "none")
              + "; without the seeds they touch: "
-             + (", ".join(f"{a} {e['decision']}" for a, e in secondary["arms"].items()) or "nothing to compare") + ".")
+             + (", ".join(f"{a} {e['decision']}" for a, e in secondary["arms"].items()) or "nothing to compare") + "."
+             + ("" if run.args.smoke else "\n\n" + DEVIATIONS))
     columns = ["accuracy_start", "accuracy_final", "style_start", "style_final", "joint_final", "collapse_ratio",
                *(f"corr_within_{d}" for d in DIMS)]
     write_study(out, study, title="Reward collapse, second study: ties that GDPO breaks", columns=columns,
