@@ -76,6 +76,7 @@ def rewards(budget: int = BUDGET, *, conditioned: bool = False) -> str:
 
 
 def arms(budget: int) -> dict:
+    """The pre-registered arms, brevity at `budget` tokens (the study's, or the smoke scale's)."""
     return {"grpo": Arm(), "gdpo": Arm(("advantage.estimator=gdpo",)),
             "per_dim": Arm(("advantage.estimator=per_dim",)),
             "conditioned": Arm((f"rewards.specs={rewards(budget, conditioned=True)}",)),

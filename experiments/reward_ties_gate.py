@@ -47,8 +47,8 @@ The second round (`--target-accuracy 0.15`, after every candidate failed at the 
 warm start stops at the first validation check at or above 15% greedy accuracy, so that correctness at T = 1 is
 rarer. The third round adds the multiplication candidate and measures all candidates on the preset's 30% warm start
 first (`gate_mul/`); only if none passes there, on the 15% warm start as well; the study takes the first warm start
-where a candidate passes. GDPO breaks a correct-without-style / wrong-with-style tie for the correct completion when correctness
-is further from half its group than the style is: a rarer correctness makes that hold for styles near one half
+where a candidate passes. GDPO breaks a correct-without-style / wrong-with-style tie for the correct completion when
+correctness is further from half its group than the style is: a rarer correctness makes that hold for styles near one half
 (brevity at the looser budgets). The candidates and the rule are the same. Written: gate.json (every figure, the rule's verdict, provenance) and
 GATE.md.
 """
@@ -91,9 +91,10 @@ HISTORY_WEAK = ("The second round: every candidate had failed on the 30% warm st
                 "candidates and rule were measured on a weaker warm start of the same seed, the supervised warm start "
                 "stopping at its first validation check at or above 15%.")
 HISTORY_MUL = ("The third round: both earlier rounds failed (`../gate/`, `../gate_weak/`); the `countdown_ops uses *` "
-               "candidate (the answer multiplies) was added and every candidate measured again under the same rule, on the "
-               "30% warm start (`../gate_mul/`) and then on the 15% one (`../gate_mul_weak/`); the earlier candidates' "
-               "rows repeat the earlier rounds' measurements to the last digit (both warm starts were retrained).")
+               "candidate (the answer multiplies) was added and every candidate measured again under the same rule, "
+               "on the 30% warm start (`../gate_mul/`) and then on the 15% one (`../gate_mul_weak/`); the earlier "
+               "candidates' rows repeat the earlier rounds' measurements to the last digit (both warm starts were retrained).")
+HISTORIES = {1: HISTORY, 2: HISTORY_WEAK, 3: HISTORY_MUL}  # --round: the history GATE.md states
 
 
 def conditioned(classes_CxK: np.ndarray) -> np.ndarray:
@@ -218,7 +219,7 @@ def main(argv=None) -> dict:
               "target_accuracy": args.target_accuracy or presets.countdown_sft(args.smoke)["target_accuracy"],
               "length_mean": float(lengths.mean()), "styles": measured, "chosen_style": chosen,
               "spec": dict(zip(("name", "kwargs"), STYLES[chosen])) if chosen else None,
-              "history": {1: HISTORY, 2: HISTORY_WEAK, 3: HISTORY_MUL}[args.round or (2 if args.target_accuracy else 1)],
+              "history": HISTORIES[args.round or (2 if args.target_accuracy else 1)],
               "provenance": result_provenance()}
     os.makedirs(args.out, exist_ok=True)
     atomic_write_text(os.path.join(args.out, "gate.json"), json.dumps(result, indent=1, sort_keys=True))
